@@ -1,0 +1,77 @@
+package coordinator
+
+import (
+	"context"
+	"time"
+)
+
+// Store persists jobs and checkpoints. Every method is safe for concurrent use, also from
+// several processes sharing one database where the implementation says so.
+//
+// Errors: ErrNotFound itself, unwrapped, when the job (or, from JobTx.Checkpoint, the
+// checkpoint) does not exist; an error wrapping ErrUnavailable when the
+// database cannot be reached; any *Error returned by a callback is passed back unchanged.
+type Store interface {
+	// Update runs fn in one database transaction that holds the job's lock, so every
+	// decision fn takes is made on the current state. It commits when fn returns nil or a
+	// rejection (IsRejection: what the rules did before refusing, like aborting an expired
+	// checkpoint, stands), and rolls back on any other error. Decisions saved in it are
+	// announced to Subscribe'rs after the commit. ErrNotFound if the job does not exist.
+	Update(ctx context.Context, job string, fn func(tx JobTx) error) error
+	// View runs fn on a consistent snapshot of the job, without its lock. Writes through
+	// tx fail. ErrNotFound if the job does not exist.
+	View(ctx context.Context, job string, fn func(tx JobTx) error) error
+	// PutJob creates the job or replaces its configuration, atomically. created is true when
+	// the job did not exist (or had been deleted).
+	PutJob(ctx context.Context, name string, cfg JobConfig) (job *Job, created bool, err error)
+	// GetJob returns the job with LastCheckpoint and LastCommitted filled.
+	GetJob(ctx context.Context, name string) (*Job, error)
+	// ListJobs returns up to limit jobs with names after the given one, by name.
+	ListJobs(ctx context.Context, after string, limit int) ([]*Job, error)
+	// ListCheckpoints returns checkpoints as q selects them.
+	ListCheckpoints(ctx context.Context, q CheckpointQuery) ([]*Checkpoint, error)
+	// ExpiredJobs names the jobs with a preparing checkpoint whose deadline has passed by the
+	// database's clock.
+	ExpiredJobs(ctx context.Context) ([]string, error)
+	// Subscribe returns a channel that is closed once the checkpoint may have been decided
+	// (possibly by another process), and a function to stop waiting. Spurious wake-ups are
+	// allowed; missed ones are not, once Subscribe has returned.
+	Subscribe(job string, id int64) (decided <-chan struct{}, cancel func())
+	// Ready reports whether the database answers and its schema is current.
+	Ready(ctx context.Context) error
+	// Close releases the store's resources.
+	Close()
+}
+
+// JobTx is one job inside one database transaction.
+type JobTx interface {
+	// Now is the database's clock, read once the job's lock is held.
+	Now() time.Time
+	// Job is the job's row: configuration, Seq and Epochs.
+	Job() *Job
+	// Preparing returns the job's preparing checkpoints, lowest id first.
+	Preparing(ctx context.Context) ([]*Checkpoint, error)
+	// Checkpoint returns one checkpoint, ErrNotFound if it does not exist.
+	Checkpoint(ctx context.Context, id int64) (*Checkpoint, error)
+	// Owing returns, lowest id first, the checkpoints that are not committed and in which
+	// participant (or, if empty, any participant) has not acked. The rules decide which
+	// of them are really owed.
+	Owing(ctx context.Context, participant string) ([]*Checkpoint, error)
+	// Idempotency returns what an Idempotency-Key opened, ok false if it is unknown.
+	Idempotency(ctx context.Context, key string) (rec IdempotencyRecord, ok bool, err error)
+	// InsertCheckpoint stores a new checkpoint with its participants, sets the job's Seq to
+	// its id and assigns cp.Seq; rec, if not nil, records the Idempotency-Key that opened it.
+	InsertCheckpoint(ctx context.Context, cp *Checkpoint, rec *IdempotencyRecord) error
+	// SaveVote stores participant p's vote fields (Epoch, Vote, Reason, Committables, VotedAt).
+	SaveVote(ctx context.Context, cp *Checkpoint, p *ParticipantState) error
+	// SaveAck stores participant p's AckedAt.
+	SaveAck(ctx context.Context, cp *Checkpoint, p *ParticipantState) error
+	// SaveStatus stores cp's Status, DecidedAt, CompletedAt and AbortReason, and announces
+	// the change to subscribers once the transaction commits.
+	SaveStatus(ctx context.Context, cp *Checkpoint) error
+	// SetEpoch stores participant's new epoch.
+	SetEpoch(ctx context.Context, participant string, epoch int64) error
+	// DeleteJob deletes the job and its checkpoints; the job's Seq and epochs are kept so
+	// that neither is reused if the job is created again.
+	DeleteJob(ctx context.Context) error
+}

@@ -1,0 +1,200 @@
+// Package coordinator is the domain of the two-phase-commit checkpoint coordinator: jobs,
+// participants and their epochs, checkpoints and votes, and the rules of PROTOCOL.md as pure
+// decisions over a job's recorded state. It knows neither HTTP nor SQL: Service applies the
+// decisions through a Store, which makes each one atomic and durable.
+package coordinator
+
+import (
+	"encoding/json"
+	"time"
+)
+
+// Status is a checkpoint's place in the two-phase commit.
+type Status string
+
+// The statuses. StatusCommitted and StatusAborted are final.
+const (
+	StatusPreparing  Status = "preparing"
+	StatusCommitting Status = "committing"
+	StatusCommitted  Status = "committed"
+	StatusAborted    Status = "aborted"
+)
+
+// Valid reports whether s is one of the four statuses.
+func (s Status) Valid() bool {
+	switch s {
+	case StatusPreparing, StatusCommitting, StatusCommitted, StatusAborted:
+		return true
+	}
+	return false
+}
+
+// VoteKind is what a participant says in phase one.
+type VoteKind string
+
+// The votes.
+const (
+	VotePrepared VoteKind = "prepared"
+	VoteAbort    VoteKind = "abort"
+)
+
+// Action is what a participant still owes on a checkpoint.
+type Action string
+
+// The actions of a pending list.
+const (
+	ActionVote   Action = "vote"
+	ActionCommit Action = "commit"
+	ActionAbort  Action = "abort"
+)
+
+// Defaults and bounds of a job's configuration.
+const (
+	DefaultCheckpointTimeout     = 60 * time.Second
+	MinCheckpointTimeout         = 100 * time.Millisecond
+	MaxCheckpointTimeout         = 24 * time.Hour
+	DefaultMaxConcurrent         = 1
+	MaxMaxConcurrent             = 1000
+	MaxParticipants              = 1000
+	MaxReasonLength              = 1024
+	MaxIdempotencyKeyLength      = 255
+	MaxLongPoll                  = 60 * time.Second
+	DefaultPageSize              = 100
+	MaxPageSize                  = 1000
+	sweepGrace                   = 0
+	maxJobNameOrParticipantBytes = 128
+)
+
+// JobConfig is what PUT /v1/jobs/{job} sets. A checkpoint keeps the configuration it opened
+// with.
+type JobConfig struct {
+	Participants             []string
+	CheckpointTimeout        time.Duration
+	MaxConcurrentCheckpoints int
+	AutoCommit               bool
+}
+
+// Job is a job as stored.
+type Job struct {
+	Name   string
+	Config JobConfig
+	// Seq is the highest checkpoint id ever issued for this name, never reset, not even by
+	// deleting the job: the next checkpoint is Seq+1.
+	Seq int64
+	// Epochs holds the current epoch of every participant that ever registered, including
+	// names no longer in Config.
+	Epochs map[string]int64
+	// LastCheckpoint and LastCommitted are filled by reads that show the job (GetJob,
+	// ListJobs), not inside write transactions.
+	LastCheckpoint *int64
+	LastCommitted  *int64
+	CreatedAt      time.Time
+	UpdatedAt      time.Time
+}
+
+// Epoch is p's current epoch, 0 if it never registered.
+func (j *Job) Epoch(p string) int64 { return j.Epochs[p] }
+
+// ParticipantState is one participant's part of a checkpoint.
+type ParticipantState struct {
+	Name string
+	// Epoch is the epoch the participant voted with; 0 until it votes.
+	Epoch int64
+	// Vote is empty until the participant votes.
+	Vote   VoteKind
+	Reason string
+	// Committables is the JSON array sent with a prepared vote, compacted; nil until then.
+	Committables json.RawMessage
+	VotedAt      *time.Time
+	AckedAt      *time.Time
+}
+
+// Checkpoint is one two-phase-commit transaction of a job.
+type Checkpoint struct {
+	Job         string
+	ID          int64
+	Status      Status
+	CreatedAt   time.Time
+	Deadline    time.Time
+	DecidedAt   *time.Time
+	CompletedAt *time.Time
+	AbortReason string
+	AutoCommit  bool
+	// Participants are the expected voters, copied from the job when it opened, in the job's
+	// order.
+	Participants []ParticipantState
+	// Seq orders checkpoints across jobs by creation; the store assigns it.
+	Seq int64
+}
+
+// Participant returns p's state in the checkpoint, or nil if p is not one of its voters.
+func (c *Checkpoint) Participant(p string) *ParticipantState {
+	for i := range c.Participants {
+		if c.Participants[i].Name == p {
+			return &c.Participants[i]
+		}
+	}
+	return nil
+}
+
+// Clone returns a deep copy, so a caller can keep a checkpoint while rules change another.
+func (c *Checkpoint) Clone() *Checkpoint {
+	out := *c
+	out.Participants = append([]ParticipantState(nil), c.Participants...)
+	return &out
+}
+
+// Vote is a participant's phase-one answer.
+type Vote struct {
+	Epoch int64
+	Kind  VoteKind
+	// Committables is a JSON array (prepared votes only); nil means [].
+	Committables json.RawMessage
+	// Reason explains an abort vote.
+	Reason string
+}
+
+// PendingItem is one thing a participant still owes.
+type PendingItem struct {
+	Checkpoint   int64
+	Status       Status
+	Action       Action
+	Committables json.RawMessage
+}
+
+// Pending is everything a participant owes, oldest checkpoint first.
+type Pending struct {
+	Job         string
+	Participant string
+	Epoch       int64
+	Items       []PendingItem
+}
+
+// PrepareRequest opens a checkpoint.
+type PrepareRequest struct {
+	// Timeout overrides the job's checkpoint timeout when non-zero.
+	Timeout time.Duration
+	// IdempotencyKey, when set, makes retries return the first checkpoint.
+	IdempotencyKey string
+	// Fingerprint identifies the request's body, to tell a retry from another request
+	// under the same key.
+	Fingerprint string
+}
+
+// IdempotencyRecord remembers which checkpoint an Idempotency-Key opened.
+type IdempotencyRecord struct {
+	Key         string
+	Fingerprint string
+	Checkpoint  int64
+}
+
+// CheckpointQuery selects checkpoints for listing.
+type CheckpointQuery struct {
+	// Job restricts to one job; empty means every job (oldest first), else newest first.
+	Job      string
+	Statuses []Status
+	// After is the position to continue from (exclusive): a checkpoint id within a job, a
+	// global sequence number across jobs. 0 starts at the beginning.
+	After int64
+	Limit int
+}

@@ -1,0 +1,126 @@
+package coordinator
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"regexp"
+	"time"
+)
+
+var namePattern = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$`)
+
+// ValidName reports whether s may name a job or a participant.
+func ValidName(s string) bool { return namePattern.MatchString(s) }
+
+type fieldErrors []FieldError
+
+func (f *fieldErrors) add(field, format string, args ...any) {
+	*f = append(*f, FieldError{Field: field, Message: fmt.Sprintf(format, args...)})
+}
+
+func (f fieldErrors) err() error {
+	if len(f) == 0 {
+		return nil
+	}
+	return &Error{Code: CodeInvalidRequest, Message: "the request is not valid", Fields: f}
+}
+
+func (f *fieldErrors) name(field, s string) {
+	if !ValidName(s) {
+		f.add(field, "%q is not a valid name: it must match %s", s, namePattern)
+	}
+}
+
+// ValidateName returns ErrInvalidRequest unless s is a valid job or participant name.
+func ValidateName(field, s string) error {
+	var f fieldErrors
+	f.name(field, s)
+	return f.err()
+}
+
+// ValidateJobConfig checks a configuration against PROTOCOL.md's bounds.
+func ValidateJobConfig(cfg JobConfig) error {
+	var f fieldErrors
+	switch n := len(cfg.Participants); {
+	case n == 0:
+		f.add("participants", "at least one participant is required")
+	case n > MaxParticipants:
+		f.add("participants", "at most %d participants are allowed, got %d", MaxParticipants, n)
+	}
+	seen := make(map[string]bool, len(cfg.Participants))
+	for i, p := range cfg.Participants {
+		field := fmt.Sprintf("participants[%d]", i)
+		f.name(field, p)
+		if seen[p] {
+			f.add(field, "%q appears more than once", p)
+		}
+		seen[p] = true
+	}
+	if cfg.CheckpointTimeout < MinCheckpointTimeout || cfg.CheckpointTimeout > MaxCheckpointTimeout {
+		f.add("checkpoint_timeout_ms", "must be from %d to %d", MinCheckpointTimeout.Milliseconds(), MaxCheckpointTimeout.Milliseconds())
+	}
+	if cfg.MaxConcurrentCheckpoints < 1 || cfg.MaxConcurrentCheckpoints > MaxMaxConcurrent {
+		f.add("max_concurrent_checkpoints", "must be from 1 to %d", MaxMaxConcurrent)
+	}
+	return f.err()
+}
+
+// ValidateTimeout checks a checkpoint's own timeout; zero means the job's.
+func validateTimeout(f *fieldErrors, d time.Duration) {
+	if d != 0 && (d < MinCheckpointTimeout || d > MaxCheckpointTimeout) {
+		f.add("timeout_ms", "must be from %d to %d", MinCheckpointTimeout.Milliseconds(), MaxCheckpointTimeout.Milliseconds())
+	}
+}
+
+// ValidateVote checks a vote's shape; the rules check it against the checkpoint.
+func ValidateVote(v Vote) error {
+	var f fieldErrors
+	if v.Epoch < 1 {
+		f.add("epoch", "must be 1 or more (the epoch that register returned)")
+	}
+	switch v.Kind {
+	case VotePrepared:
+		if v.Reason != "" {
+			f.add("reason", "only an abort vote has a reason")
+		}
+		if len(v.Committables) > 0 {
+			var values []json.RawMessage
+			if err := json.Unmarshal(v.Committables, &values); err != nil || bytes.Equal(bytes.TrimSpace(v.Committables), []byte("null")) {
+				f.add("committables", "must be a JSON array")
+			}
+		}
+	case VoteAbort:
+		if len(v.Committables) > 0 {
+			f.add("committables", "only a prepared vote has committables")
+		}
+	default:
+		f.add("vote", "must be %q or %q", VotePrepared, VoteAbort)
+	}
+	if len(v.Reason) > MaxReasonLength {
+		f.add("reason", "must be at most %d bytes", MaxReasonLength)
+	}
+	return f.err()
+}
+
+// CompactJSON returns the JSON text without insignificant white space, so that the same
+// values in the same order compare equal byte for byte.
+func CompactJSON(raw []byte) ([]byte, error) {
+	var b bytes.Buffer
+	if err := json.Compact(&b, raw); err != nil {
+		return nil, err
+	}
+	return b.Bytes(), nil
+}
+
+func validIdempotencyKey(k string) bool {
+	if len(k) == 0 || len(k) > MaxIdempotencyKeyLength {
+		return false
+	}
+	for i := 0; i < len(k); i++ {
+		if k[i] < 0x20 || k[i] > 0x7e {
+			return false
+		}
+	}
+	return true
+}

@@ -1,0 +1,54 @@
+package postgres
+
+import (
+	"context"
+	"errors"
+	"io"
+	"net"
+
+	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/twophase/coordinator/coordinator"
+)
+
+// translate maps database errors to the domain's, once, at the store's boundary.
+func translate(err error) error {
+	if err == nil || coordinator.IsRejection(err) || errors.Is(err, coordinator.ErrUnavailable) {
+		return err
+	}
+	if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
+		return err
+	}
+	if unreachable(err) {
+		return coordinator.Unavailable(err)
+	}
+	return err
+}
+
+// unreachable reports whether err means the database cannot be reached or is going away.
+func unreachable(err error) bool {
+	var pgErr *pgconn.PgError
+	if errors.As(err, &pgErr) {
+		switch {
+		case len(pgErr.Code) == 5 && pgErr.Code[:2] == "08": // connection exception
+			return true
+		case pgErr.Code == "57P01", pgErr.Code == "57P02", pgErr.Code == "57P03": // shutdown, crash, starting
+			return true
+		case pgErr.Code == "53300": // too many connections
+			return true
+		}
+		return false
+	}
+	var connectErr *pgconn.ConnectError
+	var netErr net.Error
+	return errors.As(err, &connectErr) || errors.As(err, &netErr) ||
+		errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) ||
+		errors.Is(err, net.ErrClosed) || pgconn.SafeToRetry(err) || pgconn.Timeout(err)
+}
+
+// retryable reports whether the transaction may simply be run again: a serialisation
+// failure or a deadlock, where nothing was committed.
+func retryable(err error) bool {
+	var pgErr *pgconn.PgError
+	return errors.As(err, &pgErr) && (pgErr.Code == "40001" || pgErr.Code == "40P01")
+}

@@ -1,0 +1,339 @@
+// Package postgres is the coordinator's store on PostgreSQL, through a pgx pool. Any number
+// of coordinator processes may share one database: every change to a job happens in one
+// transaction holding the job's row lock, and decisions are announced to the other
+// processes with NOTIFY in the same transaction.
+package postgres
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/twophase/coordinator/coordinator"
+)
+
+// channel is the NOTIFY channel on which decisions are announced, payload "job/id".
+const channel = "coordinator_decisions"
+
+// Options tune the store.
+type Options struct {
+	// MaxConns bounds the pool (default: pgxpool's, 4 or the number of CPUs).
+	MaxConns int32
+	Logger   *slog.Logger
+}
+
+// Store implements coordinator.Store on PostgreSQL.
+type Store struct {
+	pool     *pgxpool.Pool
+	logger   *slog.Logger
+	broker   coordinator.Broker
+	cancel   context.CancelFunc
+	listened chan struct{}
+}
+
+var _ coordinator.Store = (*Store)(nil)
+
+// Open connects to the database at url (a postgres:// URL) and starts listening for
+// decisions taken by other processes. The schema must already be migrated (MigrateUp).
+func Open(ctx context.Context, url string, opts Options) (*Store, error) {
+	cfg, err := pgxpool.ParseConfig(url)
+	if err != nil {
+		return nil, fmt.Errorf("parse database URL: %w", err)
+	}
+	if opts.MaxConns > 0 {
+		cfg.MaxConns = opts.MaxConns
+	}
+	if opts.Logger == nil {
+		opts.Logger = slog.New(slog.DiscardHandler)
+	}
+	pool, err := pgxpool.NewWithConfig(ctx, cfg)
+	if err != nil {
+		return nil, fmt.Errorf("open database pool: %w", err)
+	}
+	lctx, cancel := context.WithCancel(context.Background())
+	s := &Store{pool: pool, logger: opts.Logger, cancel: cancel, listened: make(chan struct{})}
+	go s.listen(lctx, cfg.ConnConfig.Copy())
+	return s, nil
+}
+
+// Close stops listening and closes the pool.
+func (s *Store) Close() {
+	s.cancel()
+	<-s.listened
+	s.pool.Close()
+}
+
+// listen relays the decisions other processes announce to this process's waiters. After
+// any interruption it wakes every waiter, since announcements may have been missed.
+func (s *Store) listen(ctx context.Context, cfg *pgx.ConnConfig) {
+	defer close(s.listened)
+	backoff := 100 * time.Millisecond
+	for ctx.Err() == nil {
+		err := s.listenOnce(ctx, cfg)
+		s.broker.NotifyAll()
+		if ctx.Err() != nil {
+			return
+		}
+		s.logger.Warn("decision listener interrupted; reconnecting", "error", err, "backoff", backoff)
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(backoff):
+		}
+		backoff = min(backoff*2, 2*time.Second)
+	}
+}
+
+func (s *Store) listenOnce(ctx context.Context, cfg *pgx.ConnConfig) error {
+	conn, err := pgx.ConnectConfig(ctx, cfg)
+	if err != nil {
+		return err
+	}
+	defer conn.Close(context.Background())
+	if _, err := conn.Exec(ctx, "LISTEN "+channel); err != nil {
+		return err
+	}
+	// Waiters that subscribed while the listener was down re-read now.
+	s.broker.NotifyAll()
+	for {
+		n, err := conn.WaitForNotification(ctx)
+		if err != nil {
+			return err
+		}
+		s.broker.NotifyKey(n.Payload)
+	}
+}
+
+// Subscribe implements coordinator.Store.
+func (s *Store) Subscribe(job string, id int64) (<-chan struct{}, func()) {
+	return s.broker.Subscribe(job, id)
+}
+
+// Ready implements coordinator.Store: the database answers and the schema is current.
+func (s *Store) Ready(ctx context.Context) error {
+	var version int64
+	var dirty bool
+	err := s.pool.QueryRow(ctx, "SELECT version, dirty FROM schema_migrations").Scan(&version, &dirty)
+	if err != nil {
+		return translate(fmt.Errorf("read schema version: %w", err))
+	}
+	if dirty || uint(version) != SchemaVersion {
+		return coordinator.Unavailable(fmt.Errorf("schema version %d (dirty %v), want %d", version, dirty, SchemaVersion))
+	}
+	return nil
+}
+
+const maxAttempts = 5
+
+// Update implements coordinator.Store.
+func (s *Store) Update(ctx context.Context, job string, fn func(tx coordinator.JobTx) error) error {
+	return s.run(ctx, job, true, fn)
+}
+
+// View implements coordinator.Store.
+func (s *Store) View(ctx context.Context, job string, fn func(tx coordinator.JobTx) error) error {
+	return s.run(ctx, job, false, fn)
+}
+
+func (s *Store) run(ctx context.Context, job string, write bool, fn func(tx coordinator.JobTx) error) error {
+	for attempt := 1; ; attempt++ {
+		decided, err := s.runOnce(ctx, job, write, fn)
+		if err == nil || coordinator.IsRejection(err) {
+			for _, key := range decided {
+				s.broker.NotifyKey(key)
+			}
+		}
+		if retryable(err) && attempt < maxAttempts {
+			continue
+		}
+		return translate(err)
+	}
+}
+
+func (s *Store) runOnce(ctx context.Context, job string, write bool, fn func(tx coordinator.JobTx) error) (decided []string, err error) {
+	opts := pgx.TxOptions{}
+	if !write {
+		opts = pgx.TxOptions{IsoLevel: pgx.RepeatableRead, AccessMode: pgx.ReadOnly}
+	}
+	dbtx, err := s.pool.BeginTx(ctx, opts)
+	if err != nil {
+		return nil, fmt.Errorf("begin: %w", err)
+	}
+	defer dbtx.Rollback(context.Background()) //nolint:errcheck // after Commit it is a no-op
+	t := &jobTx{tx: dbtx, write: write}
+	if err := t.load(ctx, job); err != nil {
+		return nil, err
+	}
+	fnErr := fn(t)
+	if fnErr != nil && !coordinator.IsRejection(fnErr) {
+		return nil, fnErr
+	}
+	if err := dbtx.Commit(ctx); err != nil {
+		return nil, fmt.Errorf("commit: %w", err)
+	}
+	return t.decided, fnErr
+}
+
+// PutJob implements coordinator.Store.
+func (s *Store) PutJob(ctx context.Context, name string, cfg coordinator.JobConfig) (*coordinator.Job, bool, error) {
+	var job *coordinator.Job
+	var created bool
+	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+		var deleted bool
+		err := tx.QueryRow(ctx, "SELECT deleted FROM jobs WHERE name = $1 FOR UPDATE", name).Scan(&deleted)
+		exists := err == nil
+		if err != nil && !errors.Is(err, pgx.ErrNoRows) {
+			return err
+		}
+		var inserted bool
+		err = tx.QueryRow(ctx, `
+			INSERT INTO jobs AS j (name, participants, checkpoint_timeout_ms, max_concurrent_checkpoints, auto_commit, created_at, updated_at)
+			VALUES ($1, $2, $3, $4, $5, clock_timestamp(), clock_timestamp())
+			ON CONFLICT (name) DO UPDATE SET
+				participants = EXCLUDED.participants,
+				checkpoint_timeout_ms = EXCLUDED.checkpoint_timeout_ms,
+				max_concurrent_checkpoints = EXCLUDED.max_concurrent_checkpoints,
+				auto_commit = EXCLUDED.auto_commit,
+				created_at = CASE WHEN j.deleted THEN EXCLUDED.created_at ELSE j.created_at END,
+				updated_at = EXCLUDED.updated_at,
+				deleted = false
+			RETURNING xmax = 0`,
+			name, cfg.Participants, cfg.CheckpointTimeout.Milliseconds(), cfg.MaxConcurrentCheckpoints, cfg.AutoCommit,
+		).Scan(&inserted)
+		if err != nil {
+			return err
+		}
+		created = inserted || (exists && deleted)
+		job, err = getJob(ctx, tx, name)
+		return err
+	})
+	if err != nil {
+		return nil, false, translate(fmt.Errorf("put job %s: %w", name, err))
+	}
+	return job, created, nil
+}
+
+// GetJob implements coordinator.Store.
+func (s *Store) GetJob(ctx context.Context, name string) (*coordinator.Job, error) {
+	job, err := getJob(ctx, s.pool, name)
+	if err != nil {
+		return nil, translate(err)
+	}
+	return job, nil
+}
+
+type querier interface {
+	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
+	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
+}
+
+const jobColumns = `j.name, j.participants, j.checkpoint_timeout_ms, j.max_concurrent_checkpoints, j.auto_commit,
+	j.seq, j.created_at, j.updated_at,
+	ARRAY(SELECT e.participant FROM participant_epochs e WHERE e.job = j.name ORDER BY e.participant),
+	ARRAY(SELECT e.epoch FROM participant_epochs e WHERE e.job = j.name ORDER BY e.participant)`
+
+const jobViewColumns = jobColumns + `,
+	(SELECT max(c.id) FROM checkpoints c WHERE c.job = j.name),
+	(SELECT max(c.id) FROM checkpoints c WHERE c.job = j.name AND c.status IN ('committing', 'committed'))`
+
+func scanJob(row pgx.Row, view bool) (*coordinator.Job, error) {
+	var j coordinator.Job
+	var timeoutMS int64
+	var names []string
+	var epochs []int64
+	dest := []any{&j.Name, &j.Config.Participants, &timeoutMS, &j.Config.MaxConcurrentCheckpoints, &j.Config.AutoCommit,
+		&j.Seq, &j.CreatedAt, &j.UpdatedAt, &names, &epochs}
+	if view {
+		dest = append(dest, &j.LastCheckpoint, &j.LastCommitted)
+	}
+	if err := row.Scan(dest...); err != nil {
+		if errors.Is(err, pgx.ErrNoRows) {
+			return nil, coordinator.ErrNotFound
+		}
+		return nil, err
+	}
+	j.Config.CheckpointTimeout = time.Duration(timeoutMS) * time.Millisecond
+	j.CreatedAt, j.UpdatedAt = j.CreatedAt.UTC(), j.UpdatedAt.UTC()
+	j.Epochs = make(map[string]int64, len(names))
+	for i, n := range names {
+		j.Epochs[n] = epochs[i]
+	}
+	return &j, nil
+}
+
+func getJob(ctx context.Context, q querier, name string) (*coordinator.Job, error) {
+	return scanJob(q.QueryRow(ctx, "SELECT "+jobViewColumns+" FROM jobs j WHERE j.name = $1 AND NOT j.deleted", name), true)
+}
+
+// ListJobs implements coordinator.Store.
+func (s *Store) ListJobs(ctx context.Context, after string, limit int) ([]*coordinator.Job, error) {
+	rows, err := s.pool.Query(ctx, "SELECT "+jobViewColumns+" FROM jobs j WHERE NOT j.deleted AND j.name > $1 ORDER BY j.name LIMIT $2", after, limit)
+	if err != nil {
+		return nil, translate(err)
+	}
+	defer rows.Close()
+	var jobs []*coordinator.Job
+	for rows.Next() {
+		j, err := scanJob(rows, true)
+		if err != nil {
+			return nil, translate(err)
+		}
+		jobs = append(jobs, j)
+	}
+	return jobs, translate(rows.Err())
+}
+
+// ListCheckpoints implements coordinator.Store.
+func (s *Store) ListCheckpoints(ctx context.Context, q coordinator.CheckpointQuery) ([]*coordinator.Checkpoint, error) {
+	var where []string
+	var args []any
+	arg := func(v any) string {
+		args = append(args, v)
+		return fmt.Sprintf("$%d", len(args))
+	}
+	order := "c.seq"
+	if q.Job != "" {
+		where = append(where, "c.job = "+arg(q.Job))
+		if q.After > 0 {
+			where = append(where, "c.id < "+arg(q.After))
+		}
+		order = "c.id DESC"
+	} else if q.After > 0 {
+		where = append(where, "c.seq > "+arg(q.After))
+	}
+	if len(q.Statuses) > 0 {
+		statuses := make([]string, len(q.Statuses))
+		for i, st := range q.Statuses {
+			statuses[i] = string(st)
+		}
+		where = append(where, "c.status = ANY("+arg(statuses)+")")
+	}
+	sql := "SELECT " + checkpointColumns + " FROM checkpoints c"
+	if len(where) > 0 {
+		sql += " WHERE " + strings.Join(where, " AND ")
+	}
+	sql += " ORDER BY " + order + " LIMIT " + arg(q.Limit)
+	var out []*coordinator.Checkpoint
+	err := pgx.BeginTxFunc(ctx, s.pool, pgx.TxOptions{IsoLevel: pgx.RepeatableRead, AccessMode: pgx.ReadOnly}, func(tx pgx.Tx) error {
+		cps, err := queryCheckpoints(ctx, tx, sql, args...)
+		out = cps
+		return err
+	})
+	return out, translate(err)
+}
+
+// ExpiredJobs implements coordinator.Store.
+func (s *Store) ExpiredJobs(ctx context.Context) ([]string, error) {
+	rows, err := s.pool.Query(ctx, "SELECT DISTINCT job FROM checkpoints WHERE status = 'preparing' AND deadline <= clock_timestamp()")
+	if err != nil {
+		return nil, translate(err)
+	}
+	jobs, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	return jobs, translate(err)
+}

@@ -1,0 +1,211 @@
+package api
+
+import (
+	"encoding/base64"
+	"encoding/json"
+	"math"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/twophase/coordinator/coordinator"
+)
+
+// This file translates domain values to the generated models and back. Answers keep the
+// wire's promises: times in UTC, null rather than zero values for what has not happened,
+// [] rather than null for lists and committables.
+
+var emptyArray = json.RawMessage("[]")
+
+func ptr[T any](v T) *T { return &v }
+
+func utc(t *time.Time) *time.Time {
+	if t == nil {
+		return nil
+	}
+	return ptr(t.UTC())
+}
+
+func optionalString(s string) *string {
+	if s == "" {
+		return nil
+	}
+	return &s
+}
+
+// committables returns stored committables unchanged, [] when there are none.
+func committables(raw json.RawMessage) Committables {
+	if len(raw) == 0 {
+		return emptyArray
+	}
+	return raw
+}
+
+func checkpointBody(cp *coordinator.Checkpoint) Checkpoint {
+	out := Checkpoint{
+		Job:          cp.Job,
+		Id:           cp.ID,
+		Status:       CheckpointStatus(cp.Status),
+		CreatedAt:    cp.CreatedAt.UTC(),
+		Deadline:     cp.Deadline.UTC(),
+		DecidedAt:    utc(cp.DecidedAt),
+		CompletedAt:  utc(cp.CompletedAt),
+		AbortReason:  optionalString(cp.AbortReason),
+		AutoCommit:   cp.AutoCommit,
+		Participants: make([]CheckpointParticipant, len(cp.Participants)),
+	}
+	for i, p := range cp.Participants {
+		cpp := CheckpointParticipant{
+			Name:         p.Name,
+			Committables: committables(p.Committables),
+			VotedAt:      utc(p.VotedAt),
+			AckedAt:      utc(p.AckedAt),
+			Reason:       optionalString(p.Reason),
+		}
+		if p.Vote != "" {
+			cpp.Vote = ptr(VoteKind(p.Vote))
+			cpp.Epoch = ptr(p.Epoch)
+		}
+		out.Participants[i] = cpp
+	}
+	return out
+}
+
+func checkpointBodies(cps []*coordinator.Checkpoint) []Checkpoint {
+	out := make([]Checkpoint, len(cps))
+	for i, cp := range cps {
+		out[i] = checkpointBody(cp)
+	}
+	return out
+}
+
+func jobBody(j *coordinator.Job) Job {
+	epochs := make(map[string]int64, len(j.Epochs))
+	for p, e := range j.Epochs {
+		epochs[p] = e
+	}
+	return Job{
+		Name:                     j.Name,
+		Participants:             append([]string{}, j.Config.Participants...),
+		CheckpointTimeoutMs:      j.Config.CheckpointTimeout.Milliseconds(),
+		MaxConcurrentCheckpoints: j.Config.MaxConcurrentCheckpoints,
+		AutoCommit:               j.Config.AutoCommit,
+		LastCheckpoint:           j.LastCheckpoint,
+		LastCommitted:            j.LastCommitted,
+		Epochs:                   epochs,
+		CreatedAt:                j.CreatedAt.UTC(),
+		UpdatedAt:                j.UpdatedAt.UTC(),
+	}
+}
+
+func pendingItems(items []coordinator.PendingItem) []PendingItem {
+	out := make([]PendingItem, len(items))
+	for i, it := range items {
+		out[i] = PendingItem{
+			Checkpoint:   it.Checkpoint,
+			Status:       CheckpointStatus(it.Status),
+			Action:       PendingAction(it.Action),
+			Committables: committables(it.Committables),
+		}
+	}
+	return out
+}
+
+// jobConfig applies the defaults of openapi.yaml to the fields left out.
+func jobConfig(body *JobConfig) coordinator.JobConfig {
+	cfg := coordinator.JobConfig{
+		Participants:             append([]string{}, body.Participants...),
+		CheckpointTimeout:        coordinator.DefaultCheckpointTimeout,
+		MaxConcurrentCheckpoints: coordinator.DefaultMaxConcurrent,
+		AutoCommit:               true,
+	}
+	if body.CheckpointTimeoutMs != nil {
+		cfg.CheckpointTimeout = milliseconds(*body.CheckpointTimeoutMs)
+	}
+	if body.MaxConcurrentCheckpoints != nil {
+		cfg.MaxConcurrentCheckpoints = *body.MaxConcurrentCheckpoints
+	}
+	if body.AutoCommit != nil {
+		cfg.AutoCommit = *body.AutoCommit
+	}
+	return cfg
+}
+
+// milliseconds converts a duration in milliseconds, saturating instead of overflowing so
+// that an absurd value stays out of range and is refused rather than wrapping into range.
+func milliseconds(ms int64) time.Duration {
+	const limit = math.MaxInt64 / int64(time.Millisecond)
+	switch {
+	case ms > limit:
+		return math.MaxInt64
+	case ms < -limit:
+		return math.MinInt64
+	}
+	return time.Duration(ms) * time.Millisecond
+}
+
+func statuses(filter *StatusFilter) []coordinator.Status {
+	if filter == nil {
+		return nil
+	}
+	out := make([]coordinator.Status, len(*filter))
+	for i, s := range *filter {
+		out[i] = coordinator.Status(s)
+	}
+	return out
+}
+
+// Cursors are opaque to clients: base64url of a tag naming the listing and the position of
+// the page's last item, so that a cursor of one listing is refused by another.
+const (
+	cursorJobs        = "jobs"        // the last job's name
+	cursorCheckpoints = "checkpoints" // the last checkpoint's id (newest first: next ids are lower)
+	cursorAll         = "all"         // the last checkpoint's Seq (oldest first: next are higher)
+)
+
+func encodeCursor(tag, position string) string {
+	return base64.RawURLEncoding.EncodeToString([]byte(tag + ":" + position))
+}
+
+func decodeCursor(tag, cursor string) (string, bool) {
+	raw, err := base64.RawURLEncoding.DecodeString(cursor)
+	if err != nil {
+		return "", false
+	}
+	pos, ok := strings.CutPrefix(string(raw), tag+":")
+	return pos, ok && pos != ""
+}
+
+func badCursor() *requestError {
+	return invalid("cursor", "is not a cursor this listing returned: pass next_cursor as it was returned")
+}
+
+// jobCursor returns the name to list jobs after ("" for the first page, also when the
+// cursor is empty, for scripts that pass the last next_cursor whatever it was).
+func jobCursor(cursor *string) (string, error) {
+	if cursor == nil || *cursor == "" {
+		return "", nil
+	}
+	name, ok := decodeCursor(cursorJobs, *cursor)
+	if !ok || !coordinator.ValidName(name) {
+		return "", badCursor()
+	}
+	return name, nil
+}
+
+// positionCursor returns the position (a checkpoint id or a Seq) to continue from, 0 for
+// the first page.
+func positionCursor(tag string, cursor *string) (int64, error) {
+	if cursor == nil || *cursor == "" {
+		return 0, nil
+	}
+	pos, ok := decodeCursor(tag, *cursor)
+	if !ok {
+		return 0, badCursor()
+	}
+	n, err := strconv.ParseInt(pos, 10, 64)
+	if err != nil || n < 1 {
+		return 0, badCursor()
+	}
+	return n, nil
+}

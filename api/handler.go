@@ -1,0 +1,228 @@
+package api
+
+import (
+	"bytes"
+	"context"
+	"crypto/rand"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"runtime/debug"
+	"strconv"
+	"time"
+
+	"github.com/go-chi/chi/v5"
+	"github.com/go-chi/chi/v5/middleware"
+
+	"github.com/twophase/coordinator/coordinator"
+)
+
+// DefaultMaxBodyBytes is the request body limit when Options.MaxBodyBytes is not set.
+const DefaultMaxBodyBytes = 1 << 20
+
+// Options configures NewHandler. The zero value is usable.
+type Options struct {
+	// MaxBodyBytes bounds a request body; a larger one gets 413 payload_too_large.
+	// 0 means DefaultMaxBodyBytes.
+	MaxBodyBytes int64
+	// Logger receives one line per request and the errors behind 5xx answers. nil means
+	// slog.Default().
+	Logger *slog.Logger
+	// RequestTimeout, when positive, bounds each operation (a long poll gets its wait_ms
+	// on top); a request that runs out answers 503 unavailable.
+	RequestTimeout time.Duration
+}
+
+// NewHandler returns the HTTP API of openapi.yaml on svc: the generated routes, with a
+// request id on every request and response (X-Request-Id), one access log line per
+// request, the strict input check, and problem+json answers for every error, including
+// unknown routes, wrong methods, bad parameters and panics.
+func NewHandler(svc *coordinator.Service, opts Options) http.Handler {
+	return newHandler(&server{svc: svc}, opts)
+}
+
+// newHandler serves ssi; tests pass a stub to check the HTTP layer alone.
+func newHandler(ssi StrictServerInterface, opts Options) http.Handler {
+	if opts.MaxBodyBytes <= 0 {
+		opts.MaxBodyBytes = DefaultMaxBodyBytes
+	}
+	if opts.Logger == nil {
+		opts.Logger = slog.Default()
+	}
+	pw := &problemWriter{logger: opts.Logger}
+
+	r := chi.NewRouter()
+	r.Use(withRequestID, accessLog(opts.Logger), recoverer(pw))
+	r.NotFound(pw.notFound)
+	r.MethodNotAllowed(methodNotAllowed(r, pw))
+
+	strict := NewStrictHandlerWithOptions(ssi, nil, StrictHTTPServerOptions{
+		RequestErrorHandlerFunc:  pw.requestErrorHandler,
+		ResponseErrorHandlerFunc: pw.write,
+	})
+	return HandlerWithOptions(strict, ChiServerOptions{
+		BaseRouter:       r,
+		ErrorHandlerFunc: pw.paramErrorHandler,
+		Middlewares:      []MiddlewareFunc{operationMiddleware(opts, pw)},
+	})
+}
+
+// operationMiddleware runs once the route is known and its parameters parsed, before the
+// generated code reads the body: it applies the timeout and the strict input check.
+func operationMiddleware(opts Options, pw *problemWriter) MiddlewareFunc {
+	return func(next http.Handler) http.Handler {
+		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			if opts.RequestTimeout > 0 {
+				ctx, cancel := context.WithTimeout(r.Context(), opts.RequestTimeout+longPoll(r))
+				defer cancel()
+				r = r.WithContext(ctx)
+			}
+			body, err := checkBody(w, r, opts.MaxBodyBytes, bodySpecFor(r))
+			if err != nil {
+				pw.write(w, r, err)
+				return
+			}
+			r.Body = io.NopCloser(bytes.NewReader(body))
+			r.ContentLength = int64(len(body))
+			next.ServeHTTP(w, r)
+		})
+	}
+}
+
+// longPoll is how long the request may wait on purpose (GET checkpoint's wait_ms).
+func longPoll(r *http.Request) time.Duration {
+	if r.Method != http.MethodGet {
+		return 0
+	}
+	ms, err := strconv.ParseInt(r.URL.Query().Get("wait_ms"), 10, 64)
+	if err != nil || ms <= 0 {
+		return 0
+	}
+	return min(milliseconds(ms), coordinator.MaxLongPoll)
+}
+
+// methodNotAllowed answers 405 with the methods the path does accept in Allow.
+func methodNotAllowed(mux *chi.Mux, pw *problemWriter) http.HandlerFunc {
+	candidates := []string{http.MethodGet, http.MethodHead, http.MethodPost, http.MethodPut,
+		http.MethodPatch, http.MethodDelete, http.MethodOptions}
+	return func(w http.ResponseWriter, r *http.Request) {
+		path := r.URL.RawPath
+		if path == "" {
+			path = r.URL.Path
+		}
+		var allow []string
+		for _, m := range candidates {
+			if mux.Match(chi.NewRouteContext(), m, path) {
+				allow = append(allow, m)
+			}
+		}
+		pw.write(w, r, &requestError{
+			code:   codeMethodNotAllowed,
+			detail: fmt.Sprintf("%s is not allowed on %s", r.Method, r.URL.Path),
+			allow:  allow,
+		})
+	}
+}
+
+type requestIDKey struct{}
+
+// RequestID returns the id of the request ctx belongs to, "" outside a request served by
+// NewHandler's handler.
+func RequestID(ctx context.Context) string {
+	id, _ := ctx.Value(requestIDKey{}).(string)
+	return id
+}
+
+// maxRequestIDLength bounds a caller's X-Request-Id; a longer one is replaced.
+const maxRequestIDLength = 128
+
+// saneRequestID reports whether a caller's X-Request-Id can be echoed and logged as is:
+// 1 to 128 characters that need no quoting anywhere (UUIDs, trace ids, base64).
+func saneRequestID(id string) bool {
+	if id == "" || len(id) > maxRequestIDLength {
+		return false
+	}
+	for i := 0; i < len(id); i++ {
+		c := id[i]
+		switch {
+		case 'a' <= c && c <= 'z', 'A' <= c && c <= 'Z', '0' <= c && c <= '9':
+		case c == '-', c == '_', c == '.', c == ':', c == '/', c == '+', c == '=', c == '@', c == '~':
+		default:
+			return false
+		}
+	}
+	return true
+}
+
+// withRequestID takes the caller's X-Request-Id when it is sane, else makes one, puts it
+// in the context and sets it on the response before anything else can answer.
+func withRequestID(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		id := r.Header.Get("X-Request-Id")
+		if !saneRequestID(id) {
+			id = rand.Text()
+		}
+		w.Header().Set("X-Request-Id", id)
+		next.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), requestIDKey{}, id)))
+	})
+}
+
+// accessLog logs one line per request once it is answered.
+func accessLog(logger *slog.Logger) func(http.Handler) http.Handler {
+	return func(next http.Handler) http.Handler {
+		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			start := time.Now()
+			ww := middleware.NewWrapResponseWriter(w, r.ProtoMajor)
+			defer func() {
+				status := ww.Status()
+				if status == 0 {
+					status = http.StatusOK
+				}
+				level := slog.LevelInfo
+				if status >= 500 {
+					level = slog.LevelError
+				}
+				logger.LogAttrs(r.Context(), level, "request",
+					slog.String("method", r.Method),
+					slog.String("path", r.URL.Path),
+					slog.Int("status", status),
+					slog.Float64("duration_ms", float64(time.Since(start).Microseconds())/1000),
+					slog.String("request_id", RequestID(r.Context())),
+					slog.Int("bytes", ww.BytesWritten()),
+				)
+			}()
+			next.ServeHTTP(ww, r)
+		})
+	}
+}
+
+// recoverer turns a panic into a logged 500 problem document. http.ErrAbortHandler is
+// passed on: it asks the server to drop the connection.
+func recoverer(pw *problemWriter) func(http.Handler) http.Handler {
+	return func(next http.Handler) http.Handler {
+		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			defer func() {
+				v := recover()
+				if v == nil {
+					return
+				}
+				if v == http.ErrAbortHandler {
+					panic(v)
+				}
+				pw.logger.Error("panic", "request_id", RequestID(r.Context()), "method", r.Method,
+					"path", r.URL.Path, "panic", fmt.Sprint(v), "stack", string(debug.Stack()))
+				pw.write(w, r, errPanic)
+			}()
+			next.ServeHTTP(w, r)
+		})
+	}
+}
+
+// errPanic stands for a recovered panic, which problemFor answers as 500 internal; the
+// panic itself is logged by recoverer.
+var errPanic = panicError{}
+
+type panicError struct{}
+
+func (panicError) Error() string { return "handler panicked" }

@@ -1,0 +1,297 @@
+package api
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"mime"
+	"net/http"
+	"reflect"
+	"slices"
+	"strings"
+	"unicode/utf8"
+
+	"github.com/go-chi/chi/v5"
+
+	"github.com/twophase/coordinator/coordinator"
+)
+
+// This file is the strict input check that runs before the generated code decodes a body.
+// encoding/json, which the generated code uses, accepts unknown fields, matches names
+// case-insensitively, takes null for zero values, keeps the last of duplicate names and
+// replaces invalid UTF-8; PROTOCOL.md rule 10 wants all of that refused with a 400, so each
+// body is checked here first, then handed on unchanged.
+
+// bodySpec says what body an operation takes.
+type bodySpec struct {
+	// model is the generated request body type; nil when the operation takes no body.
+	model reflect.Type
+	// required is false when the body may be left out.
+	required bool
+}
+
+// requestBodies names, by method and chi route pattern, the operations that take a body,
+// as openapi.yaml declares them. Every other operation takes none: it accepts an empty body
+// (or {}), refuses any other JSON with 400 and anything not declared JSON with 415.
+// TestRequestBodiesCoverRoutes checks this table against the generated routes.
+var requestBodies = map[string]bodySpec{
+	"PUT /v1/jobs/{job}":                                      {model: reflect.TypeFor[JobConfig](), required: true},
+	"POST /v1/jobs/{job}/checkpoints":                         {model: reflect.TypeFor[PrepareRequest]()},
+	"POST /v1/jobs/{job}/checkpoints/{id}/abort":              {model: reflect.TypeFor[AbortRequest]()},
+	"PUT /v1/jobs/{job}/checkpoints/{id}/acks/{participant}":  {model: reflect.TypeFor[AckRequest](), required: true},
+	"PUT /v1/jobs/{job}/checkpoints/{id}/votes/{participant}": {model: reflect.TypeFor[VoteRequest](), required: true},
+}
+
+// bodySpecFor returns the body spec of the route r was matched to.
+func bodySpecFor(r *http.Request) bodySpec {
+	pattern := ""
+	if rctx := chi.RouteContext(r.Context()); rctx != nil {
+		pattern = rctx.RoutePattern()
+	}
+	return requestBodies[r.Method+" "+pattern]
+}
+
+// checkBody reads r's body (at most max bytes) and checks it against spec: declared as
+// JSON, valid UTF-8, exactly one JSON object, only the model's fields, each spelled
+// exactly, at most once, not null, of the right type, and the required ones present. It
+// returns the body as read, to be handed on.
+func checkBody(w http.ResponseWriter, r *http.Request, max int64, spec bodySpec) ([]byte, error) {
+	if r.ContentLength > max {
+		return nil, &http.MaxBytesError{Limit: max}
+	}
+	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, max))
+	if err != nil {
+		var tooLarge *http.MaxBytesError
+		if errors.As(err, &tooLarge) {
+			return nil, err
+		}
+		return nil, &requestError{code: codeInvalidRequest, detail: "the request body could not be read: " + err.Error()}
+	}
+	if len(body) > 0 {
+		if err := checkMediaType(r.Header.Get("Content-Type")); err != nil {
+			return nil, err
+		}
+	}
+	if len(bytes.TrimSpace(body)) == 0 {
+		if spec.required {
+			return nil, &requestError{code: codeInvalidRequest, detail: "a JSON body is required (Content-Type: application/json)"}
+		}
+		return body, nil
+	}
+	if err := checkJSON(body, spec.model); err != nil {
+		return nil, err
+	}
+	return body, nil
+}
+
+// checkMediaType accepts application/json and application/*+json, with parameters; a
+// charset, if given, must be UTF-8, the only encoding of JSON (RFC 8259).
+func checkMediaType(contentType string) error {
+	unsupported := func(why string) error {
+		return &requestError{code: codeUnsupportedMediaType, detail: why + ": send the body as application/json (curl --json)"}
+	}
+	if contentType == "" {
+		return unsupported("the body has no Content-Type")
+	}
+	mediaType, params, err := mime.ParseMediaType(contentType)
+	if err != nil {
+		return unsupported(fmt.Sprintf("the Content-Type %q does not parse", contentType))
+	}
+	sub, ok := strings.CutPrefix(mediaType, "application/")
+	if !ok || (sub != "json" && !strings.HasSuffix(sub, "+json")) {
+		return unsupported(fmt.Sprintf("the body is %s, not JSON", mediaType))
+	}
+	if cs, ok := params["charset"]; ok && !strings.EqualFold(cs, "utf-8") && !strings.EqualFold(cs, "utf8") {
+		return unsupported(fmt.Sprintf("the charset %q is not UTF-8", cs))
+	}
+	return nil
+}
+
+// checkJSON checks body, known to be non-blank, against model (nil: no fields at all).
+func checkJSON(body []byte, model reflect.Type) error {
+	if !utf8.Valid(body) {
+		return &requestError{code: codeInvalidRequest, detail: "the body is not valid UTF-8"}
+	}
+	dec := json.NewDecoder(bytes.NewReader(body))
+	var value json.RawMessage
+	if err := dec.Decode(&value); err != nil {
+		return &requestError{code: codeInvalidRequest, detail: "the body is not valid JSON: " + jsonSyntaxMessage(err)}
+	}
+	if _, err := dec.Token(); err != io.EOF {
+		return &requestError{code: codeInvalidRequest, detail: fmt.Sprintf("the body must be exactly one JSON value, but more follows at byte %d", dec.InputOffset())}
+	}
+	if value[0] != '{' {
+		return &requestError{code: codeInvalidRequest, detail: "the body must be a JSON object"}
+	}
+	members, err := objectMembers(value)
+	if err != nil {
+		return err
+	}
+
+	fields := modelFields(model)
+	var problems fieldProblems
+	for _, m := range members {
+		f, ok := fields[m.name]
+		switch {
+		case m.duplicate:
+			problems.add(m.name, "appears more than once")
+		case !ok && model == nil:
+			problems.add(m.name, "is not allowed: this operation takes no body (send none, or {})")
+		case !ok:
+			problems.add(m.name, "is not a field of %s%s", model.Name(), caseHint(m.name, fields))
+		case bytes.Equal(m.value, []byte("null")):
+			problems.add(m.name, "must not be null: leave the field out instead")
+		default:
+			if err := json.Unmarshal(m.value, reflect.New(f.typ).Interface()); err != nil {
+				problems.add(m.name, "must be %s%s", describeType(f.typ), gotWhat(err))
+			}
+		}
+	}
+	present := make(map[string]bool, len(members))
+	for _, m := range members {
+		present[m.name] = true
+	}
+	for _, name := range sortedRequired(fields) {
+		if !present[name] {
+			problems.add(name, "is required")
+		}
+	}
+	if len(problems) > 0 {
+		return invalidFields(problems)
+	}
+	return nil
+}
+
+// member is one name/value pair of a JSON object, in the order of the text.
+type member struct {
+	name      string
+	value     json.RawMessage
+	duplicate bool
+}
+
+// objectMembers lists the members of a valid JSON object, marking repeated names.
+func objectMembers(object json.RawMessage) ([]member, error) {
+	dec := json.NewDecoder(bytes.NewReader(object))
+	if _, err := dec.Token(); err != nil { // {
+		return nil, err
+	}
+	var out []member
+	seen := map[string]bool{}
+	for dec.More() {
+		tok, err := dec.Token()
+		if err != nil {
+			return nil, &requestError{code: codeInvalidRequest, detail: "the body is not valid JSON: " + jsonSyntaxMessage(err)}
+		}
+		name, _ := tok.(string)
+		var value json.RawMessage
+		if err := dec.Decode(&value); err != nil {
+			return nil, &requestError{code: codeInvalidRequest, detail: "the body is not valid JSON: " + jsonSyntaxMessage(err)}
+		}
+		out = append(out, member{name: name, value: value, duplicate: seen[name]})
+		seen[name] = true
+	}
+	return out, nil
+}
+
+// modelField is one field of a generated body type.
+type modelField struct {
+	typ      reflect.Type
+	required bool
+}
+
+// modelFields maps the JSON names of model's fields to their types. The generated code
+// marks optional fields with omitempty, so a field without it is required.
+func modelFields(model reflect.Type) map[string]modelField {
+	out := map[string]modelField{}
+	if model == nil {
+		return out
+	}
+	for i := range model.NumField() {
+		sf := model.Field(i)
+		tag := sf.Tag.Get("json")
+		name, opts, _ := strings.Cut(tag, ",")
+		if name == "" || name == "-" {
+			continue
+		}
+		out[name] = modelField{typ: sf.Type, required: !strings.Contains(opts, "omitempty")}
+	}
+	return out
+}
+
+func sortedRequired(fields map[string]modelField) []string {
+	var out []string
+	for name, f := range fields {
+		if f.required {
+			out = append(out, name)
+		}
+	}
+	slices.Sort(out) // stable messages
+	return out
+}
+
+// caseHint suggests the field a misspelt name probably meant, when only the case differs.
+func caseHint(name string, fields map[string]modelField) string {
+	for known := range fields {
+		if strings.EqualFold(known, name) {
+			return fmt.Sprintf(" (names are case-sensitive: did you mean %q?)", known)
+		}
+	}
+	return ""
+}
+
+var rawMessageType = reflect.TypeFor[json.RawMessage]()
+
+// describeType says in words what JSON a field takes.
+func describeType(t reflect.Type) string {
+	for t.Kind() == reflect.Pointer {
+		t = t.Elem()
+	}
+	if t == rawMessageType {
+		return "JSON"
+	}
+	switch t.Kind() {
+	case reflect.Int, reflect.Int8, reflect.Int16, reflect.Int32, reflect.Int64,
+		reflect.Uint, reflect.Uint8, reflect.Uint16, reflect.Uint32, reflect.Uint64:
+		return "an integer"
+	case reflect.Float32, reflect.Float64:
+		return "a number"
+	case reflect.Bool:
+		return "true or false"
+	case reflect.String:
+		return "a string"
+	case reflect.Slice, reflect.Array:
+		return "an array of " + strings.TrimPrefix(strings.TrimPrefix(describeType(t.Elem()), "an "), "a ") + "s"
+	case reflect.Map, reflect.Struct:
+		return "an object"
+	}
+	return "a " + t.Kind().String()
+}
+
+// gotWhat says what a type error found instead, e.g. ", got string".
+func gotWhat(err error) string {
+	var te *json.UnmarshalTypeError
+	if errors.As(err, &te) && te.Value != "" {
+		return ", got " + te.Value
+	}
+	return ""
+}
+
+func jsonSyntaxMessage(err error) string {
+	var se *json.SyntaxError
+	if errors.As(err, &se) {
+		return fmt.Sprintf("%s (at byte %d)", se.Error(), se.Offset)
+	}
+	if errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, io.EOF) {
+		return "it ends too early"
+	}
+	return err.Error()
+}
+
+// fieldProblems collects field errors in the order they were found.
+type fieldProblems []coordinator.FieldError
+
+func (p *fieldProblems) add(field, format string, args ...any) {
+	*p = append(*p, coordinator.FieldError{Field: field, Message: fmt.Sprintf(format, args...)})
+}

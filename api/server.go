@@ -1,0 +1,299 @@
+package api
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"net/url"
+	"strconv"
+	"strings"
+
+	"github.com/twophase/coordinator/coordinator"
+)
+
+// server implements the generated StrictServerInterface on a coordinator.Service. Each
+// method only translates: request objects to service calls, domain values to models. An
+// error is returned as is; the strict handler's ResponseErrorHandlerFunc answers it with
+// the problem table (problemFor).
+type server struct {
+	svc *coordinator.Service
+}
+
+var _ StrictServerInterface = (*server)(nil)
+
+// defaultOpenStatuses is what GET /v1/checkpoints lists without a status filter.
+var defaultOpenStatuses = []coordinator.Status{coordinator.StatusPreparing, coordinator.StatusCommitting}
+
+func (s *server) GetHealthz(context.Context, GetHealthzRequestObject) (GetHealthzResponseObject, error) {
+	return ok(Health{Status: "ok"}), nil
+}
+
+func (s *server) GetReadyz(ctx context.Context, _ GetReadyzRequestObject) (GetReadyzResponseObject, error) {
+	if err := s.svc.Ready(ctx); err != nil {
+		// Whatever the cause, not ready is 503, never 500: a load balancer retries.
+		return nil, &coordinator.Error{
+			Code:    coordinator.CodeUnavailable,
+			Message: "not ready: the database does not answer or its schema is not current",
+			Err:     err,
+		}
+	}
+	return ok(Health{Status: "ok"}), nil
+}
+
+func (s *server) ListJobs(ctx context.Context, req ListJobsRequestObject) (ListJobsResponseObject, error) {
+	limit, err := pageLimit(req.Params.Limit)
+	if err != nil {
+		return nil, err
+	}
+	after, err := jobCursor(req.Params.Cursor)
+	if err != nil {
+		return nil, err
+	}
+	jobs, more, err := s.svc.ListJobs(ctx, after, limit)
+	if err != nil {
+		return nil, err
+	}
+	out := JobList{Items: make([]Job, len(jobs))}
+	for i, j := range jobs {
+		out.Items[i] = jobBody(j)
+	}
+	if more && len(jobs) > 0 {
+		out.NextCursor = ptr(encodeCursor(cursorJobs, jobs[len(jobs)-1].Name))
+	}
+	return ok(out), nil
+}
+
+func (s *server) PutJob(ctx context.Context, req PutJobRequestObject) (PutJobResponseObject, error) {
+	if req.Body == nil {
+		return nil, invalid("body", "a JobConfig is required")
+	}
+	job, created, err := s.svc.PutJob(ctx, req.Job, jobConfig(req.Body))
+	if err != nil {
+		return nil, err
+	}
+	if created {
+		return jsonResponse{status: http.StatusCreated, body: jobBody(job), location: jobPath(req.Job)}, nil
+	}
+	return ok(jobBody(job)), nil
+}
+
+func (s *server) GetJob(ctx context.Context, req GetJobRequestObject) (GetJobResponseObject, error) {
+	job, err := s.svc.GetJob(ctx, req.Job)
+	if err != nil {
+		return nil, err
+	}
+	return ok(jobBody(job)), nil
+}
+
+func (s *server) DeleteJob(ctx context.Context, req DeleteJobRequestObject) (DeleteJobResponseObject, error) {
+	if err := s.svc.DeleteJob(ctx, req.Job); err != nil {
+		return nil, err
+	}
+	return jsonResponse{status: http.StatusNoContent}, nil
+}
+
+func (s *server) RegisterParticipant(ctx context.Context, req RegisterParticipantRequestObject) (RegisterParticipantResponseObject, error) {
+	p, err := s.svc.Register(ctx, req.Job, req.Participant)
+	if err != nil {
+		return nil, err
+	}
+	return ok(Registration{Job: p.Job, Participant: p.Participant, Epoch: p.Epoch, Pending: pendingItems(p.Items)}), nil
+}
+
+func (s *server) GetPending(ctx context.Context, req GetPendingRequestObject) (GetPendingResponseObject, error) {
+	p, err := s.svc.Pending(ctx, req.Job, req.Participant)
+	if err != nil {
+		return nil, err
+	}
+	return ok(Pending{Job: p.Job, Participant: p.Participant, Epoch: p.Epoch, Items: pendingItems(p.Items)}), nil
+}
+
+func (s *server) PrepareCheckpoint(ctx context.Context, req PrepareCheckpointRequestObject) (PrepareCheckpointResponseObject, error) {
+	body := PrepareRequest{}
+	if req.Body != nil {
+		body = *req.Body
+	}
+	var pr coordinator.PrepareRequest
+	if body.TimeoutMs != nil {
+		// 0 means "the job's timeout" to the domain; on the wire it is out of range.
+		if ms := *body.TimeoutMs; ms < coordinator.MinCheckpointTimeout.Milliseconds() || ms > coordinator.MaxCheckpointTimeout.Milliseconds() {
+			return nil, invalid("timeout_ms", "must be from %d to %d", coordinator.MinCheckpointTimeout.Milliseconds(), coordinator.MaxCheckpointTimeout.Milliseconds())
+		}
+		pr.Timeout = milliseconds(*body.TimeoutMs)
+	}
+	if key := req.Params.IdempotencyKey; key != nil {
+		if *key == "" {
+			return nil, invalid("Idempotency-Key", "must be 1 to %d printable ASCII characters", coordinator.MaxIdempotencyKeyLength)
+		}
+		pr.IdempotencyKey = *key
+		pr.Fingerprint = fingerprint(body)
+	}
+	cp, _, err := s.svc.Prepare(ctx, req.Job, pr)
+	if err != nil {
+		return nil, err
+	}
+	// A replay answers as the first request did: 201 with the checkpoint as it stands.
+	return jsonResponse{status: http.StatusCreated, body: checkpointBody(cp), location: checkpointPath(cp.Job, cp.ID)}, nil
+}
+
+// fingerprint identifies a prepare request's body for its Idempotency-Key: a hash of its
+// canonical JSON, so that no body, {} and the same fields spaced otherwise are the same
+// request.
+func fingerprint(body PrepareRequest) string {
+	canonical, err := json.Marshal(body)
+	if err != nil {
+		panic(fmt.Sprintf("marshal PrepareRequest: %v", err)) // a struct of an *int64 always marshals
+	}
+	sum := sha256.Sum256(canonical)
+	return hex.EncodeToString(sum[:])
+}
+
+func (s *server) ListCheckpoints(ctx context.Context, req ListCheckpointsRequestObject) (ListCheckpointsResponseObject, error) {
+	limit, err := pageLimit(req.Params.Limit)
+	if err != nil {
+		return nil, err
+	}
+	after, err := positionCursor(cursorCheckpoints, req.Params.Cursor)
+	if err != nil {
+		return nil, err
+	}
+	cps, more, err := s.svc.ListCheckpoints(ctx, coordinator.CheckpointQuery{
+		Job:      req.Job,
+		Statuses: statuses(req.Params.Status),
+		After:    after, // newest first: ids below After
+		Limit:    limit,
+	})
+	if err != nil {
+		return nil, err
+	}
+	out := CheckpointList{Items: checkpointBodies(cps)}
+	if more && len(cps) > 0 {
+		out.NextCursor = ptr(encodeCursor(cursorCheckpoints, strconv.FormatInt(cps[len(cps)-1].ID, 10)))
+	}
+	return ok(out), nil
+}
+
+func (s *server) ListOpenCheckpoints(ctx context.Context, req ListOpenCheckpointsRequestObject) (ListOpenCheckpointsResponseObject, error) {
+	limit, err := pageLimit(req.Params.Limit)
+	if err != nil {
+		return nil, err
+	}
+	after, err := positionCursor(cursorAll, req.Params.Cursor)
+	if err != nil {
+		return nil, err
+	}
+	sts := statuses(req.Params.Status)
+	if req.Params.Status == nil {
+		sts = defaultOpenStatuses
+	}
+	cps, more, err := s.svc.ListCheckpoints(ctx, coordinator.CheckpointQuery{
+		Statuses: sts,
+		After:    after, // oldest first: Seq above After
+		Limit:    limit,
+	})
+	if err != nil {
+		return nil, err
+	}
+	out := CheckpointList{Items: checkpointBodies(cps)}
+	if more && len(cps) > 0 {
+		out.NextCursor = ptr(encodeCursor(cursorAll, strconv.FormatInt(cps[len(cps)-1].Seq, 10)))
+	}
+	return ok(out), nil
+}
+
+func (s *server) GetCheckpoint(ctx context.Context, req GetCheckpointRequestObject) (GetCheckpointResponseObject, error) {
+	var wait int64
+	if req.Params.WaitMs != nil {
+		wait = *req.Params.WaitMs
+	}
+	cp, err := s.svc.GetCheckpoint(ctx, req.Job, req.Id, milliseconds(wait))
+	if err != nil {
+		return nil, err
+	}
+	return ok(checkpointBody(cp)), nil
+}
+
+func (s *server) PutVote(ctx context.Context, req PutVoteRequestObject) (PutVoteResponseObject, error) {
+	if req.Body == nil {
+		return nil, invalid("body", "a VoteRequest is required")
+	}
+	v := coordinator.Vote{Epoch: req.Body.Epoch, Kind: coordinator.VoteKind(req.Body.Vote)}
+	if req.Body.Committables != nil {
+		v.Committables = *req.Body.Committables
+	}
+	if req.Body.Reason != nil {
+		if err := storableText("reason", *req.Body.Reason); err != nil {
+			return nil, err
+		}
+		v.Reason = *req.Body.Reason
+	}
+	cp, err := s.svc.Vote(ctx, req.Job, req.Id, req.Participant, v)
+	if err != nil {
+		return nil, err
+	}
+	return ok(checkpointBody(cp)), nil
+}
+
+func (s *server) CommitCheckpoint(ctx context.Context, req CommitCheckpointRequestObject) (CommitCheckpointResponseObject, error) {
+	cp, err := s.svc.Commit(ctx, req.Job, req.Id)
+	if err != nil {
+		return nil, err
+	}
+	return ok(checkpointBody(cp)), nil
+}
+
+func (s *server) AbortCheckpoint(ctx context.Context, req AbortCheckpointRequestObject) (AbortCheckpointResponseObject, error) {
+	var reason string
+	if req.Body != nil && req.Body.Reason != nil {
+		if err := storableText("reason", *req.Body.Reason); err != nil {
+			return nil, err
+		}
+		reason = *req.Body.Reason
+	}
+	cp, err := s.svc.Abort(ctx, req.Job, req.Id, reason)
+	if err != nil {
+		return nil, err
+	}
+	return ok(checkpointBody(cp)), nil
+}
+
+func (s *server) PutAck(ctx context.Context, req PutAckRequestObject) (PutAckResponseObject, error) {
+	if req.Body == nil {
+		return nil, invalid("body", "an AckRequest is required")
+	}
+	cp, err := s.svc.Ack(ctx, req.Job, req.Id, req.Participant, req.Body.Epoch)
+	if err != nil {
+		return nil, err
+	}
+	return ok(checkpointBody(cp)), nil
+}
+
+// pageLimit returns the page size to ask the service for: 0 (its default) when the
+// parameter is absent. The service takes 0 as "default", so an explicit 0 is refused here.
+func pageLimit(limit *int) (int, error) {
+	if limit == nil {
+		return 0, nil
+	}
+	if *limit < 1 || *limit > coordinator.MaxPageSize {
+		return 0, invalid("limit", "must be an integer from 1 to %d", coordinator.MaxPageSize)
+	}
+	return *limit, nil
+}
+
+// storableText refuses text no database column can hold: NUL characters (valid JSON as
+// \u0000, but refused by Postgres text), so that such input is a 400 and not a 500.
+func storableText(field, s string) error {
+	if strings.ContainsRune(s, 0) {
+		return invalid(field, "must not contain NUL characters")
+	}
+	return nil
+}
+
+func jobPath(job string) string { return "/v1/jobs/" + url.PathEscape(job) }
+
+func checkpointPath(job string, id int64) string {
+	return jobPath(job) + "/checkpoints/" + strconv.FormatInt(id, 10)
+}

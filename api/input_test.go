@@ -10,6 +10,7 @@ import (
 	"net/http/httptest"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/go-chi/chi/v5"
 )
@@ -436,6 +437,44 @@ func TestCheckMediaType(t *testing.T) {
 	} {
 		if got := checkMediaType(ct) == nil; got != want {
 			t.Errorf("checkMediaType(%q) accepted = %v, want %v", ct, got, want)
+		}
+	}
+}
+
+// slowServer waits for its context to end, as a handler stuck on the database would.
+type slowServer struct{ stubServer }
+
+func (slowServer) ListJobs(ctx context.Context, _ ListJobsRequestObject) (ListJobsResponseObject, error) {
+	<-ctx.Done()
+	return nil, ctx.Err()
+}
+
+// GetCheckpoint answers how long its context had left, to show the long poll's extension.
+func (slowServer) GetCheckpoint(ctx context.Context, _ GetCheckpointRequestObject) (GetCheckpointResponseObject, error) {
+	deadline, ok := ctx.Deadline()
+	if !ok {
+		return ok200("no deadline"), nil
+	}
+	return ok200(time.Until(deadline).Round(time.Second).String()), nil
+}
+
+func ok200(s string) jsonResponse { return ok(map[string]string{"left": s}) }
+
+func TestRequestTimeout(t *testing.T) {
+	t.Parallel()
+	h := newHandler(slowServer{}, Options{RequestTimeout: 50 * time.Millisecond, Logger: slog.New(slog.DiscardHandler)})
+	resp := rawRequest{method: "GET", path: "/v1/jobs"}.do(t, h)
+	decodeProblem(t, resp, 503, "unavailable")
+	if resp.Header.Get("Retry-After") != "1" {
+		t.Errorf("Retry-After = %q", resp.Header.Get("Retry-After"))
+	}
+
+	h = newHandler(slowServer{}, Options{RequestTimeout: 10 * time.Second, Logger: slog.New(slog.DiscardHandler)})
+	for query, want := range map[string]string{"": "10s", "?wait_ms=20000": "30s", "?wait_ms=0": "10s"} {
+		resp := rawRequest{method: "GET", path: "/v1/jobs/j/checkpoints/1" + query}.do(t, h)
+		got, _ := io.ReadAll(resp.Body)
+		if strings.TrimSpace(string(got)) != `{"left":"`+want+`"}` {
+			t.Errorf("GET checkpoint%s: %s, want %s left", query, got, want)
 		}
 	}
 }

@@ -478,3 +478,61 @@ func TestRequestTimeout(t *testing.T) {
 		}
 	}
 }
+
+// FuzzInputCheck sends arbitrary bodies and content types to every operation that reads a
+// body: the answer is never a 5xx, an error is always a problem document, and a body the
+// check lets through decodes into the operation's model with nothing unknown or missing.
+func FuzzInputCheck(f *testing.F) {
+	for _, seed := range []struct{ contentType, body string }{
+		{"application/json", `{"epoch":1,"vote":"prepared","committables":[{"txn":"a"}]}`},
+		{"application/json", `{"participants":["a","b"],"checkpoint_timeout_ms":100}`},
+		{"application/json", `{"epoch":1,"vote":"abort","reason":"x","epoch":2}`},
+		{"application/json; charset=utf-8", `{"timeout_ms":1000}`},
+		{"application/json", `{"Epoch":1}`},
+		{"application/json", `{}`},
+		{"application/json", `null`},
+		{"application/json", `[1] 2`},
+		{"application/merge-patch+json", `{"reason":"\u0000"}`},
+		{"text/plain", `{}`},
+		{"", ``},
+		{"", ` `},
+	} {
+		f.Add(seed.contentType, seed.body)
+	}
+	h := newHandler(stubServer{}, Options{MaxBodyBytes: 4096, Logger: slog.New(slog.DiscardHandler)})
+	operations := []struct {
+		method, path string
+		model        any
+	}{
+		{"PUT", votePath, &VoteRequest{}},
+		{"PUT", "/v1/jobs/orders", &JobConfig{}},
+		{"PUT", "/v1/jobs/orders/checkpoints/1/acks/sink-a", &AckRequest{}},
+		{"POST", "/v1/jobs/orders/checkpoints", &PrepareRequest{}},
+		{"POST", "/v1/jobs/orders/checkpoints/1/abort", &AbortRequest{}},
+		{"POST", "/v1/jobs/orders/participants/sink-a/register", &struct{}{}},
+		{"POST", "/v1/jobs/orders/checkpoints/1/commit", &struct{}{}},
+	}
+	f.Fuzz(func(t *testing.T, contentType, body string) {
+		for _, op := range operations {
+			resp := rawRequest{method: op.method, path: op.path, contentType: contentType, body: body}.do(t, h)
+			got, _ := io.ReadAll(resp.Body)
+			if resp.StatusCode >= 500 {
+				t.Fatalf("%s %s with %q %q: %d %s", op.method, op.path, contentType, body, resp.StatusCode, got)
+			}
+			if resp.StatusCode >= 400 {
+				if ct := resp.Header.Get("Content-Type"); ct != "application/problem+json" {
+					t.Fatalf("%s %s: error answered as %q", op.method, op.path, ct)
+				}
+				continue
+			}
+			if strings.TrimSpace(body) == "" {
+				continue
+			}
+			dec := json.NewDecoder(strings.NewReader(body))
+			dec.DisallowUnknownFields()
+			if err := dec.Decode(op.model); err != nil {
+				t.Fatalf("%s %s accepted %q, which does not decode strictly: %v", op.method, op.path, body, err)
+			}
+		}
+	})
+}

@@ -8,3 +8,8 @@ import "embed"
 //
 //go:embed postgres/*.sql
 var Postgres embed.FS
+
+// SQLite is the schema of store/sqlite, the embedded store.
+//
+//go:embed sqlite/*.sql
+var SQLite embed.FS

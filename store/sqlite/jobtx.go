@@ -1,0 +1,287 @@
+package sqlite
+
+import (
+	"context"
+	"database/sql"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/twophase/coordinator/coordinator"
+)
+
+// jobTx is one job inside one database transaction; for writes the transaction began
+// IMMEDIATE on the store's one write connection, which makes it the lock of the job.
+type jobTx struct {
+	tx      *sql.Tx
+	write   bool
+	job     *coordinator.Job
+	now     time.Time
+	decided []string
+}
+
+var _ coordinator.JobTx = (*jobTx)(nil)
+
+var errReadOnly = errors.New("sqlite: write in a read-only transaction")
+
+func (t *jobTx) load(ctx context.Context, name string) error {
+	job, err := scanJob(t.tx.QueryRowContext(ctx, "SELECT "+jobColumns+" FROM jobs j WHERE j.name = ? AND NOT j.deleted", name), false)
+	if err != nil {
+		return err
+	}
+	t.job = job
+	// The clock is read once the lock is held, so a decision is timed when it is taken.
+	t.now = now()
+	return nil
+}
+
+func (t *jobTx) Now() time.Time        { return t.now }
+func (t *jobTx) Job() *coordinator.Job { return t.job }
+func (t *jobTx) writable() error {
+	if !t.write {
+		return errReadOnly
+	}
+	return nil
+}
+
+const checkpointColumns = `c.job, c.id, c.seq, c.status, c.auto_commit, c.created_at, c.deadline, c.decided_at, c.completed_at, c.abort_reason`
+
+// queryCheckpoints runs a query selecting checkpointColumns and loads each checkpoint's
+// participants, in the order the query returned the checkpoints.
+func queryCheckpoints(ctx context.Context, q querier, query string, args ...any) ([]*coordinator.Checkpoint, error) {
+	rows, err := q.QueryContext(ctx, query, args...)
+	if err != nil {
+		return nil, err
+	}
+	var cps []*coordinator.Checkpoint
+	for rows.Next() {
+		var cp coordinator.Checkpoint
+		var status string
+		var createdAt, deadline int64
+		var decidedAt, completedAt sql.NullInt64
+		var reason sql.NullString
+		if err := rows.Scan(&cp.Job, &cp.ID, &cp.Seq, &status, &cp.AutoCommit, &createdAt, &deadline, &decidedAt, &completedAt, &reason); err != nil {
+			rows.Close()
+			return nil, err
+		}
+		cp.Status = coordinator.Status(status)
+		cp.CreatedAt, cp.Deadline = fromMicros(createdAt), fromMicros(deadline)
+		cp.DecidedAt, cp.CompletedAt = optionalTime(decidedAt), optionalTime(completedAt)
+		cp.AbortReason = reason.String
+		cps = append(cps, &cp)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	if len(cps) == 0 {
+		return cps, nil
+	}
+	// One query for every participant of every checkpoint, even across jobs: the
+	// checkpoints are named by their Seq, the rowid of checkpoints.
+	seqs := make([]int64, len(cps))
+	index := make(map[string]*coordinator.Checkpoint, len(cps))
+	for i, cp := range cps {
+		seqs[i] = cp.Seq
+		index[coordinator.BrokerKey(cp.Job, cp.ID)] = cp
+	}
+	seqJSON, err := json.Marshal(seqs)
+	if err != nil {
+		return nil, err
+	}
+	rows, err = q.QueryContext(ctx, `
+		SELECT p.job, p.checkpoint_id, p.participant, p.epoch, p.vote, p.reason, p.committables, p.voted_at, p.acked_at
+		FROM json_each(?) AS k
+		JOIN checkpoints c ON c.seq = k.value
+		JOIN checkpoint_participants p ON p.job = c.job AND p.checkpoint_id = c.id
+		ORDER BY p.job, p.checkpoint_id, p.position`, string(seqJSON))
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var job string
+		var id int64
+		var p coordinator.ParticipantState
+		var epoch, votedAt, ackedAt sql.NullInt64
+		var vote, reason, committables sql.NullString
+		if err := rows.Scan(&job, &id, &p.Name, &epoch, &vote, &reason, &committables, &votedAt, &ackedAt); err != nil {
+			return nil, err
+		}
+		p.Epoch = epoch.Int64
+		p.Vote = coordinator.VoteKind(vote.String)
+		p.Reason = reason.String
+		if committables.Valid {
+			p.Committables = json.RawMessage(committables.String)
+		}
+		p.VotedAt, p.AckedAt = optionalTime(votedAt), optionalTime(ackedAt)
+		cp := index[coordinator.BrokerKey(job, id)]
+		cp.Participants = append(cp.Participants, p)
+	}
+	return cps, rows.Err()
+}
+
+func (t *jobTx) Preparing(ctx context.Context) ([]*coordinator.Checkpoint, error) {
+	return queryCheckpoints(ctx, t.tx, "SELECT "+checkpointColumns+" FROM checkpoints c WHERE c.job = ? AND c.status = 'preparing' ORDER BY c.id", t.job.Name)
+}
+
+func (t *jobTx) Checkpoint(ctx context.Context, id int64) (*coordinator.Checkpoint, error) {
+	cps, err := queryCheckpoints(ctx, t.tx, "SELECT "+checkpointColumns+" FROM checkpoints c WHERE c.job = ? AND c.id = ?", t.job.Name, id)
+	if err != nil {
+		return nil, err
+	}
+	if len(cps) == 0 {
+		return nil, coordinator.ErrNotFound
+	}
+	return cps[0], nil
+}
+
+// Owing selects, with the partial index on unacked participants, the checkpoints where the
+// participant may owe something: preparing or committing and not acked, or aborted with a
+// prepared vote not acked. The rules decide on each.
+func (t *jobTx) Owing(ctx context.Context, participant string) ([]*coordinator.Checkpoint, error) {
+	return queryCheckpoints(ctx, t.tx, `
+		SELECT `+checkpointColumns+` FROM checkpoints c
+		WHERE c.job = ?1 AND EXISTS (
+			SELECT 1 FROM checkpoint_participants p
+			WHERE p.job = c.job AND p.checkpoint_id = c.id AND p.acked_at IS NULL
+			  AND (?2 = '' OR p.participant = ?2)
+			  AND (c.status IN ('preparing', 'committing') OR (c.status = 'aborted' AND p.vote = 'prepared')))
+		ORDER BY c.id`, t.job.Name, participant)
+}
+
+func (t *jobTx) Idempotency(ctx context.Context, key string) (coordinator.IdempotencyRecord, bool, error) {
+	rec := coordinator.IdempotencyRecord{Key: key}
+	err := t.tx.QueryRowContext(ctx, "SELECT fingerprint, checkpoint_id FROM idempotency_keys WHERE job = ? AND key = ?", t.job.Name, key).
+		Scan(&rec.Fingerprint, &rec.Checkpoint)
+	if errors.Is(err, sql.ErrNoRows) {
+		return rec, false, nil
+	}
+	return rec, err == nil, err
+}
+
+func nullable(s string) any {
+	if s == "" {
+		return nil
+	}
+	return s
+}
+
+func (t *jobTx) InsertCheckpoint(ctx context.Context, cp *coordinator.Checkpoint, rec *coordinator.IdempotencyRecord) error {
+	if err := t.writable(); err != nil {
+		return err
+	}
+	err := t.tx.QueryRowContext(ctx, `
+		INSERT INTO checkpoints (job, id, status, auto_commit, created_at, deadline, decided_at, completed_at, abort_reason)
+		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?) RETURNING seq`,
+		t.job.Name, cp.ID, string(cp.Status), cp.AutoCommit, cp.CreatedAt.UnixMicro(), cp.Deadline.UnixMicro(),
+		micros(cp.DecidedAt), micros(cp.CompletedAt), nullable(cp.AbortReason),
+	).Scan(&cp.Seq)
+	if err != nil {
+		return fmt.Errorf("insert checkpoint %d: %w", cp.ID, err)
+	}
+	names := make([]string, len(cp.Participants))
+	for i, p := range cp.Participants {
+		names[i] = p.Name
+	}
+	namesJSON, err := json.Marshal(names)
+	if err != nil {
+		return err
+	}
+	// json_each numbers array elements from 0; positions start at 1, as in Postgres.
+	if _, err := t.tx.ExecContext(ctx, `
+		INSERT INTO checkpoint_participants (job, checkpoint_id, position, participant)
+		SELECT ?, ?, n.key + 1, n.value FROM json_each(?) AS n`,
+		t.job.Name, cp.ID, string(namesJSON)); err != nil {
+		return fmt.Errorf("insert participants of checkpoint %d: %w", cp.ID, err)
+	}
+	if cp.ID > t.job.Seq {
+		if _, err := t.tx.ExecContext(ctx, "UPDATE jobs SET seq = ? WHERE name = ?", cp.ID, t.job.Name); err != nil {
+			return err
+		}
+		t.job.Seq = cp.ID
+	}
+	if rec != nil {
+		if _, err := t.tx.ExecContext(ctx, "INSERT INTO idempotency_keys (job, key, fingerprint, checkpoint_id) VALUES (?, ?, ?, ?)",
+			t.job.Name, rec.Key, rec.Fingerprint, rec.Checkpoint); err != nil {
+			return fmt.Errorf("record idempotency key: %w", err)
+		}
+	}
+	return nil
+}
+
+func (t *jobTx) SaveVote(ctx context.Context, cp *coordinator.Checkpoint, p *coordinator.ParticipantState) error {
+	if err := t.writable(); err != nil {
+		return err
+	}
+	var committables any
+	if p.Committables != nil {
+		committables = string(p.Committables)
+	}
+	_, err := t.tx.ExecContext(ctx, `
+		UPDATE checkpoint_participants SET epoch = ?4, vote = ?5, reason = ?6, committables = ?7, voted_at = ?8
+		WHERE job = ?1 AND checkpoint_id = ?2 AND participant = ?3`,
+		cp.Job, cp.ID, p.Name, p.Epoch, nullable(string(p.Vote)), nullable(p.Reason), committables, micros(p.VotedAt))
+	if err != nil {
+		return fmt.Errorf("save vote of %s on %d: %w", p.Name, cp.ID, err)
+	}
+	return nil
+}
+
+func (t *jobTx) SaveAck(ctx context.Context, cp *coordinator.Checkpoint, p *coordinator.ParticipantState) error {
+	if err := t.writable(); err != nil {
+		return err
+	}
+	_, err := t.tx.ExecContext(ctx, "UPDATE checkpoint_participants SET acked_at = ?4 WHERE job = ?1 AND checkpoint_id = ?2 AND participant = ?3",
+		cp.Job, cp.ID, p.Name, micros(p.AckedAt))
+	if err != nil {
+		return fmt.Errorf("save ack of %s on %d: %w", p.Name, cp.ID, err)
+	}
+	return nil
+}
+
+// SaveStatus stores the checkpoint's decision; its waiters are woken once the
+// transaction commits (Store.run).
+func (t *jobTx) SaveStatus(ctx context.Context, cp *coordinator.Checkpoint) error {
+	if err := t.writable(); err != nil {
+		return err
+	}
+	_, err := t.tx.ExecContext(ctx, `
+		UPDATE checkpoints SET status = ?3, decided_at = ?4, completed_at = ?5, abort_reason = ?6
+		WHERE job = ?1 AND id = ?2`,
+		cp.Job, cp.ID, string(cp.Status), micros(cp.DecidedAt), micros(cp.CompletedAt), nullable(cp.AbortReason))
+	if err != nil {
+		return fmt.Errorf("save status of %d: %w", cp.ID, err)
+	}
+	t.decided = append(t.decided, coordinator.BrokerKey(cp.Job, cp.ID))
+	return nil
+}
+
+func (t *jobTx) SetEpoch(ctx context.Context, participant string, epoch int64) error {
+	if err := t.writable(); err != nil {
+		return err
+	}
+	_, err := t.tx.ExecContext(ctx, `
+		INSERT INTO participant_epochs (job, participant, epoch) VALUES (?, ?, ?)
+		ON CONFLICT (job, participant) DO UPDATE SET epoch = excluded.epoch`, t.job.Name, participant, epoch)
+	if err != nil {
+		return fmt.Errorf("set epoch of %s: %w", participant, err)
+	}
+	t.job.Epochs[participant] = epoch
+	return nil
+}
+
+// DeleteJob deletes the job's checkpoints (their participants and idempotency keys
+// cascade) and marks the job deleted, keeping its row, so its Seq and epochs live on.
+func (t *jobTx) DeleteJob(ctx context.Context) error {
+	if err := t.writable(); err != nil {
+		return err
+	}
+	if _, err := t.tx.ExecContext(ctx, "DELETE FROM checkpoints WHERE job = ?", t.job.Name); err != nil {
+		return fmt.Errorf("delete checkpoints: %w", err)
+	}
+	if _, err := t.tx.ExecContext(ctx, "UPDATE jobs SET deleted = 1, updated_at = ? WHERE name = ?", now().UnixMicro(), t.job.Name); err != nil {
+		return fmt.Errorf("delete job: %w", err)
+	}
+	return nil
+}

@@ -1,0 +1,571 @@
+// Package sqlite is the coordinator's embedded store: a SQLite database in one file of a
+// local data directory, through the pure-Go driver modernc.org/sqlite (no cgo), so the
+// coordinator runs with no database server.
+//
+// Durability is the same promise as on Postgres: the database is in WAL mode with
+// synchronous=FULL, so a transaction has reached the disk (fsync) when its commit returns,
+// and a process killed right after loses none of it.
+//
+// One process owns a data directory: Open takes an exclusive lock on its lock file, and a
+// second Open, in this process or another, fails at once with an *InUseError naming the
+// process that holds it. Rule 8 of PROTOCOL.md (many coordinators on one database) is
+// therefore not offered by this store; the Postgres store offers it.
+//
+// Inside the process, writes are serialised on one connection whose transactions begin
+// IMMEDIATE: that connection is the lock of every job at once. Reads (View, GetJob,
+// ListJobs, ListCheckpoints, ExpiredJobs) run on a pool of read-only connections, each in
+// a snapshot that writes do not block.
+//
+// The store's clock is the process's: time.Now in UTC, truncated to the microsecond, which
+// is the precision of the stored times (unix microseconds), so a time compares equal after
+// a round trip, as on Postgres.
+package sqlite
+
+import (
+	"context"
+	"database/sql"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/url"
+	"os"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/twophase/coordinator/coordinator"
+)
+
+// File names inside the data directory.
+const (
+	// DatabaseFileName is the SQLite database; SQLite keeps its write-ahead log and
+	// shared-memory index beside it (-wal, -shm).
+	DatabaseFileName = "coordinator.db"
+	// LockFileName is the file whose exclusive lock marks the directory's owner; it
+	// holds the owner's process id.
+	LockFileName = "coordinator.lock"
+)
+
+// busyTimeout is how long a connection waits for a lock SQLite's own locking holds
+// (a WAL checkpoint, a reader recovering the WAL) before SQLITE_BUSY.
+const busyTimeout = 5 * time.Second
+
+// Options tune the store.
+type Options struct {
+	// Logger receives the store's log lines; nil discards them.
+	Logger *slog.Logger
+	// Migrate applies pending migrations when the store opens. Without it Open fails
+	// (ErrSchemaVersion) unless the schema is already current.
+	Migrate bool
+	// ReadConns bounds the pool of read-only connections (default: the number of
+	// CPUs, at least 4).
+	ReadConns int
+}
+
+// Store implements coordinator.Store on a SQLite database in a data directory.
+type Store struct {
+	dir    string
+	path   string
+	lock   *dirLock
+	writer *sql.DB // one connection, transactions BEGIN IMMEDIATE
+	reader *sql.DB // read-only connections
+	logger *slog.Logger
+	broker coordinator.Broker
+
+	closeOnce sync.Once
+	closed    atomic.Bool
+}
+
+var _ coordinator.Store = (*Store)(nil)
+
+// ErrSchemaVersion is wrapped by Open's error when the database's schema is not the one
+// this build needs and Options.Migrate is off.
+var ErrSchemaVersion = errors.New("schema version is not current")
+
+// errClosed is the cause of the unavailability of a closed store.
+var errClosed = errors.New("sqlite: store is closed")
+
+// Open opens the store in dataDir, creating the directory (mode 0700) and the database if
+// they do not exist. It first takes the directory's lock: if another Store, in this
+// process or another, holds it, Open fails at once with an *InUseError (errors.Is
+// ErrInUse) naming that process. With opts.Migrate it then applies pending migrations;
+// without, the schema must already be current (else ErrSchemaVersion).
+func Open(ctx context.Context, dataDir string, opts Options) (*Store, error) {
+	if opts.Logger == nil {
+		opts.Logger = slog.New(slog.DiscardHandler)
+	}
+	if opts.ReadConns <= 0 {
+		opts.ReadConns = max(4, runtime.NumCPU())
+	}
+	dir, lock, err := ownDir(dataDir)
+	if err != nil {
+		return nil, err
+	}
+	s := &Store{dir: dir, path: filepath.Join(dir, DatabaseFileName), lock: lock, logger: opts.Logger}
+	if err := s.open(ctx, opts); err != nil {
+		s.release()
+		return nil, err
+	}
+	return s, nil
+}
+
+// ownDir creates dataDir if needed and takes its lock.
+func ownDir(dataDir string) (string, *dirLock, error) {
+	if dataDir == "" {
+		return "", nil, errors.New("sqlite: no data directory given")
+	}
+	dir, err := filepath.Abs(dataDir)
+	if err != nil {
+		return "", nil, fmt.Errorf("data directory %s: %w", dataDir, err)
+	}
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return "", nil, fmt.Errorf("create data directory: %w", err)
+	}
+	lock, err := lockDir(dir)
+	if err != nil {
+		return "", nil, err
+	}
+	return dir, lock, nil
+}
+
+func (s *Store) open(ctx context.Context, opts Options) error {
+	var err error
+	if s.writer, err = openDB(s.path, false); err != nil {
+		return err
+	}
+	s.writer.SetMaxOpenConns(1)
+	s.writer.SetMaxIdleConns(1)
+	// Opening the writer first creates the database and turns on WAL mode, which the
+	// read-only connections can then not need to do.
+	if err := s.writer.PingContext(ctx); err != nil {
+		return translate(fmt.Errorf("open %s: %w", s.path, err))
+	}
+	if opts.Migrate {
+		if err := migrateUp(s.path); err != nil {
+			return fmt.Errorf("apply migrations: %w", err)
+		}
+	}
+	version, dirty, err := schemaVersion(ctx, s.writer)
+	if err != nil {
+		return translate(fmt.Errorf("read schema version: %w", err))
+	}
+	if dirty || version != SchemaVersion {
+		return fmt.Errorf("%w: %s is at version %d%s, this build needs %d (apply the migrations)",
+			ErrSchemaVersion, s.path, version, dirtyNote(dirty), SchemaVersion)
+	}
+	if s.reader, err = openDB(s.path, true); err != nil {
+		return err
+	}
+	s.reader.SetMaxOpenConns(opts.ReadConns)
+	s.reader.SetMaxIdleConns(opts.ReadConns)
+	if err := s.reader.PingContext(ctx); err != nil {
+		return translate(fmt.Errorf("open %s: %w", s.path, err))
+	}
+	s.logger.Debug("sqlite store open", "path", s.path, "schema_version", version)
+	return nil
+}
+
+func dirtyNote(dirty bool) string {
+	if dirty {
+		return " (dirty: a migration failed half-way)"
+	}
+	return ""
+}
+
+// dsn is the modernc.org/sqlite data source name of the database at path: WAL, fsync on
+// every commit, foreign keys, a busy timeout; write connections begin IMMEDIATE, read
+// connections refuse writes.
+func dsn(path string, readOnly bool) string {
+	q := url.Values{}
+	q.Set("_busy_timeout", fmt.Sprint(busyTimeout.Milliseconds()))
+	q.Set("_journal_mode", "WAL")
+	q.Set("_synchronous", "FULL")
+	q.Set("_foreign_keys", "1")
+	if readOnly {
+		q.Set("_query_only", "1")
+	} else {
+		q.Set("_txlock", "immediate")
+	}
+	// A file: URI, so that any character of the path (even '?' or '#') is escaped.
+	return (&url.URL{Scheme: "file", Path: filepath.ToSlash(path), OmitHost: true}).String() + "?" + q.Encode()
+}
+
+func openDB(path string, readOnly bool) (*sql.DB, error) {
+	db, err := sql.Open("sqlite", dsn(path, readOnly))
+	if err != nil {
+		return nil, fmt.Errorf("open %s: %w", path, err)
+	}
+	return db, nil
+}
+
+// Dir is the data directory, as an absolute path.
+func (s *Store) Dir() string { return s.dir }
+
+// Path is the database file.
+func (s *Store) Path() string { return s.path }
+
+// Close closes the database and releases the data directory's lock. Waiters of
+// Subscribe are woken. It is safe to call more than once; afterwards every method fails
+// with an error wrapping coordinator.ErrUnavailable.
+func (s *Store) Close() {
+	s.closeOnce.Do(func() {
+		s.closed.Store(true)
+		s.release()
+		s.broker.NotifyAll()
+	})
+}
+
+// release closes the databases (waiting for running statements) and then the lock.
+func (s *Store) release() {
+	for _, db := range []*sql.DB{s.reader, s.writer} {
+		if db != nil {
+			if err := db.Close(); err != nil {
+				s.logger.Warn("close sqlite database", "path", s.path, "error", err)
+			}
+		}
+	}
+	if err := s.lock.release(); err != nil {
+		s.logger.Warn("release data directory lock", "dir", s.dir, "error", err)
+	}
+}
+
+func (s *Store) checkOpen() error {
+	if s.closed.Load() {
+		return coordinator.Unavailable(errClosed)
+	}
+	return nil
+}
+
+// now is the store's clock: UTC, to the microsecond the database keeps.
+func now() time.Time { return time.Now().UTC().Truncate(time.Microsecond) }
+
+// Subscribe implements coordinator.Store. Only this process writes the database, so the
+// waiters are woken by its own commits.
+func (s *Store) Subscribe(job string, id int64) (<-chan struct{}, func()) {
+	return s.broker.Subscribe(job, id)
+}
+
+// Ready implements coordinator.Store: the database answers and its schema is current.
+func (s *Store) Ready(ctx context.Context) error {
+	if err := s.checkOpen(); err != nil {
+		return err
+	}
+	version, dirty, err := schemaVersion(ctx, s.reader)
+	if err != nil {
+		return translate(fmt.Errorf("read schema version: %w", err))
+	}
+	if dirty || version != SchemaVersion {
+		return coordinator.Unavailable(fmt.Errorf("schema version %d (dirty %v), want %d", version, dirty, SchemaVersion))
+	}
+	return nil
+}
+
+// maxAttempts bounds how often a transaction that met SQLITE_BUSY is run again.
+const maxAttempts = 3
+
+// Update implements coordinator.Store.
+func (s *Store) Update(ctx context.Context, job string, fn func(tx coordinator.JobTx) error) error {
+	return s.run(ctx, job, true, fn)
+}
+
+// View implements coordinator.Store.
+func (s *Store) View(ctx context.Context, job string, fn func(tx coordinator.JobTx) error) error {
+	return s.run(ctx, job, false, fn)
+}
+
+func (s *Store) run(ctx context.Context, job string, write bool, fn func(tx coordinator.JobTx) error) error {
+	if err := s.checkOpen(); err != nil {
+		return err
+	}
+	for attempt := 1; ; attempt++ {
+		decided, err := s.runOnce(ctx, job, write, fn)
+		if err == nil || coordinator.IsRejection(err) {
+			for _, key := range decided {
+				s.broker.NotifyKey(key)
+			}
+		}
+		if retryable(err) && attempt < maxAttempts && ctx.Err() == nil {
+			s.logger.Debug("sqlite busy; running the transaction again", "job", job, "attempt", attempt, "error", err)
+			continue
+		}
+		return translate(err)
+	}
+}
+
+func (s *Store) runOnce(ctx context.Context, job string, write bool, fn func(tx coordinator.JobTx) error) (decided []string, err error) {
+	db, opts := s.writer, (*sql.TxOptions)(nil)
+	if !write {
+		db, opts = s.reader, &sql.TxOptions{ReadOnly: true}
+	}
+	dbtx, err := db.BeginTx(ctx, opts)
+	if err != nil {
+		return nil, fmt.Errorf("begin: %w", err)
+	}
+	defer dbtx.Rollback() //nolint:errcheck // after Commit it is a no-op
+	t := &jobTx{tx: dbtx, write: write}
+	if err := t.load(ctx, job); err != nil {
+		return nil, err
+	}
+	fnErr := fn(t)
+	if fnErr != nil && !coordinator.IsRejection(fnErr) {
+		return nil, fnErr
+	}
+	if err := dbtx.Commit(); err != nil {
+		return nil, fmt.Errorf("commit: %w", err)
+	}
+	return t.decided, fnErr
+}
+
+// PutJob implements coordinator.Store.
+func (s *Store) PutJob(ctx context.Context, name string, cfg coordinator.JobConfig) (*coordinator.Job, bool, error) {
+	if err := s.checkOpen(); err != nil {
+		return nil, false, err
+	}
+	participants, err := json.Marshal(cfg.Participants)
+	if err != nil {
+		return nil, false, fmt.Errorf("put job %s: %w", name, err)
+	}
+	if cfg.Participants == nil {
+		participants = []byte("[]")
+	}
+	var job *coordinator.Job
+	var created bool
+	err = s.writeTx(ctx, func(tx *sql.Tx) error {
+		var deleted bool
+		err := tx.QueryRowContext(ctx, "SELECT deleted FROM jobs WHERE name = ?", name).Scan(&deleted)
+		exists := err == nil
+		if err != nil && !errors.Is(err, sql.ErrNoRows) {
+			return err
+		}
+		at := now().UnixMicro()
+		_, err = tx.ExecContext(ctx, `
+			INSERT INTO jobs (name, participants, checkpoint_timeout_ms, max_concurrent_checkpoints, auto_commit, created_at, updated_at)
+			VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?6)
+			ON CONFLICT (name) DO UPDATE SET
+				participants = excluded.participants,
+				checkpoint_timeout_ms = excluded.checkpoint_timeout_ms,
+				max_concurrent_checkpoints = excluded.max_concurrent_checkpoints,
+				auto_commit = excluded.auto_commit,
+				created_at = CASE WHEN jobs.deleted THEN excluded.created_at ELSE jobs.created_at END,
+				updated_at = excluded.updated_at,
+				deleted = 0`,
+			name, string(participants), cfg.CheckpointTimeout.Milliseconds(), cfg.MaxConcurrentCheckpoints, cfg.AutoCommit, at)
+		if err != nil {
+			return err
+		}
+		created = !exists || deleted
+		job, err = getJob(ctx, tx, name)
+		return err
+	})
+	if err != nil {
+		return nil, false, translate(fmt.Errorf("put job %s: %w", name, err))
+	}
+	return job, created, nil
+}
+
+// writeTx runs fn in a write transaction and commits it unless fn fails; it runs it again
+// after SQLITE_BUSY.
+func (s *Store) writeTx(ctx context.Context, fn func(tx *sql.Tx) error) error {
+	for attempt := 1; ; attempt++ {
+		err := func() error {
+			tx, err := s.writer.BeginTx(ctx, nil)
+			if err != nil {
+				return fmt.Errorf("begin: %w", err)
+			}
+			defer tx.Rollback() //nolint:errcheck // after Commit it is a no-op
+			if err := fn(tx); err != nil {
+				return err
+			}
+			return tx.Commit()
+		}()
+		if retryable(err) && attempt < maxAttempts && ctx.Err() == nil {
+			continue
+		}
+		return err
+	}
+}
+
+// GetJob implements coordinator.Store.
+func (s *Store) GetJob(ctx context.Context, name string) (*coordinator.Job, error) {
+	if err := s.checkOpen(); err != nil {
+		return nil, err
+	}
+	job, err := getJob(ctx, s.reader, name)
+	if err != nil {
+		return nil, translate(err)
+	}
+	return job, nil
+}
+
+// querier is what *sql.DB and *sql.Tx share.
+type querier interface {
+	QueryContext(ctx context.Context, query string, args ...any) (*sql.Rows, error)
+	QueryRowContext(ctx context.Context, query string, args ...any) *sql.Row
+}
+
+// jobColumns select a job's row with its epochs as a JSON object.
+const jobColumns = `j.name, j.participants, j.checkpoint_timeout_ms, j.max_concurrent_checkpoints, j.auto_commit,
+	j.seq, j.created_at, j.updated_at,
+	(SELECT json_group_object(e.participant, e.epoch) FROM participant_epochs e WHERE e.job = j.name)`
+
+const jobViewColumns = jobColumns + `,
+	(SELECT max(c.id) FROM checkpoints c WHERE c.job = j.name),
+	(SELECT max(c.id) FROM checkpoints c WHERE c.job = j.name AND c.status IN ('committing', 'committed'))`
+
+// scanner is what *sql.Row and *sql.Rows share.
+type scanner interface{ Scan(dest ...any) error }
+
+func scanJob(row scanner, view bool) (*coordinator.Job, error) {
+	var j coordinator.Job
+	var participants, epochs string
+	var timeoutMS, createdAt, updatedAt int64
+	dest := []any{&j.Name, &participants, &timeoutMS, &j.Config.MaxConcurrentCheckpoints, &j.Config.AutoCommit,
+		&j.Seq, &createdAt, &updatedAt, &epochs}
+	if view {
+		dest = append(dest, &j.LastCheckpoint, &j.LastCommitted)
+	}
+	if err := row.Scan(dest...); err != nil {
+		if errors.Is(err, sql.ErrNoRows) {
+			return nil, coordinator.ErrNotFound
+		}
+		return nil, err
+	}
+	if err := json.Unmarshal([]byte(participants), &j.Config.Participants); err != nil {
+		return nil, fmt.Errorf("job %s: participants: %w", j.Name, err)
+	}
+	j.Epochs = make(map[string]int64)
+	if err := json.Unmarshal([]byte(epochs), &j.Epochs); err != nil {
+		return nil, fmt.Errorf("job %s: epochs: %w", j.Name, err)
+	}
+	j.Config.CheckpointTimeout = time.Duration(timeoutMS) * time.Millisecond
+	j.CreatedAt, j.UpdatedAt = fromMicros(createdAt), fromMicros(updatedAt)
+	return &j, nil
+}
+
+func getJob(ctx context.Context, q querier, name string) (*coordinator.Job, error) {
+	return scanJob(q.QueryRowContext(ctx, "SELECT "+jobViewColumns+" FROM jobs j WHERE j.name = ? AND NOT j.deleted", name), true)
+}
+
+// ListJobs implements coordinator.Store. Names are ordered byte by byte.
+func (s *Store) ListJobs(ctx context.Context, after string, limit int) ([]*coordinator.Job, error) {
+	if err := s.checkOpen(); err != nil {
+		return nil, err
+	}
+	rows, err := s.reader.QueryContext(ctx, "SELECT "+jobViewColumns+" FROM jobs j WHERE NOT j.deleted AND j.name > ? ORDER BY j.name LIMIT ?", after, limit)
+	if err != nil {
+		return nil, translate(err)
+	}
+	defer rows.Close()
+	var jobs []*coordinator.Job
+	for rows.Next() {
+		j, err := scanJob(rows, true)
+		if err != nil {
+			return nil, translate(err)
+		}
+		jobs = append(jobs, j)
+	}
+	return jobs, translate(rows.Err())
+}
+
+// ListCheckpoints implements coordinator.Store: within a job newest first, After an id
+// (exclusive, from above); across jobs oldest first by Seq, After a Seq (exclusive, from
+// below).
+func (s *Store) ListCheckpoints(ctx context.Context, q coordinator.CheckpointQuery) ([]*coordinator.Checkpoint, error) {
+	if err := s.checkOpen(); err != nil {
+		return nil, err
+	}
+	var where []string
+	var args []any
+	order := "c.seq"
+	if q.Job != "" {
+		where = append(where, "c.job = ?")
+		args = append(args, q.Job)
+		if q.After > 0 {
+			where = append(where, "c.id < ?")
+			args = append(args, q.After)
+		}
+		order = "c.id DESC"
+	} else if q.After > 0 {
+		where = append(where, "c.seq > ?")
+		args = append(args, q.After)
+	}
+	if len(q.Statuses) > 0 {
+		marks := make([]string, len(q.Statuses))
+		for i, st := range q.Statuses {
+			marks[i] = "?"
+			args = append(args, string(st))
+		}
+		where = append(where, "c.status IN ("+strings.Join(marks, ", ")+")")
+	}
+	query := "SELECT " + checkpointColumns + " FROM checkpoints c"
+	if len(where) > 0 {
+		query += " WHERE " + strings.Join(where, " AND ")
+	}
+	query += " ORDER BY " + order + " LIMIT ?"
+	args = append(args, q.Limit)
+	var out []*coordinator.Checkpoint
+	err := s.readTx(ctx, func(tx *sql.Tx) error {
+		cps, err := queryCheckpoints(ctx, tx, query, args...)
+		out = cps
+		return err
+	})
+	return out, translate(err)
+}
+
+// readTx runs fn in a read-only transaction: one snapshot for all its queries.
+func (s *Store) readTx(ctx context.Context, fn func(tx *sql.Tx) error) error {
+	tx, err := s.reader.BeginTx(ctx, &sql.TxOptions{ReadOnly: true})
+	if err != nil {
+		return fmt.Errorf("begin: %w", err)
+	}
+	defer tx.Rollback() //nolint:errcheck // after Commit it is a no-op
+	if err := fn(tx); err != nil {
+		return err
+	}
+	return tx.Commit()
+}
+
+// ExpiredJobs implements coordinator.Store, by the store's clock.
+func (s *Store) ExpiredJobs(ctx context.Context) ([]string, error) {
+	if err := s.checkOpen(); err != nil {
+		return nil, err
+	}
+	rows, err := s.reader.QueryContext(ctx, "SELECT DISTINCT job FROM checkpoints WHERE status = 'preparing' AND deadline <= ?", now().UnixMicro())
+	if err != nil {
+		return nil, translate(err)
+	}
+	defer rows.Close()
+	var jobs []string
+	for rows.Next() {
+		var job string
+		if err := rows.Scan(&job); err != nil {
+			return nil, translate(err)
+		}
+		jobs = append(jobs, job)
+	}
+	return jobs, translate(rows.Err())
+}
+
+// fromMicros is a stored time: unix microseconds, in UTC.
+func fromMicros(us int64) time.Time { return time.UnixMicro(us).UTC() }
+
+// micros is the stored form of t, nil for nil.
+func micros(t *time.Time) any {
+	if t == nil {
+		return nil
+	}
+	return t.UnixMicro()
+}
+
+// optionalTime reads a nullable stored time.
+func optionalTime(v sql.NullInt64) *time.Time {
+	if !v.Valid {
+		return nil
+	}
+	t := fromMicros(v.Int64)
+	return &t
+}

@@ -394,10 +394,10 @@ func (s *Service) Abort(ctx context.Context, job string, id int64, reason string
 	if err := validateCheckpoint(job, id); err != nil {
 		return nil, err
 	}
-	if len(reason) > MaxReasonLength {
-		var f fieldErrors
-		f.add("reason", "must be at most %d bytes", MaxReasonLength)
-		return nil, f.err()
+	var f fieldErrors
+	validateReason(&f, reason)
+	if err := f.err(); err != nil {
+		return nil, err
 	}
 	return s.onCheckpoint(ctx, job, id, func(r *Round, _ JobTx, cp *Checkpoint) error { return r.Abort(cp, reason) })
 }

@@ -193,8 +193,9 @@ type CheckpointQuery struct {
 	// Job restricts to one job; empty means every job (oldest first), else newest first.
 	Job      string
 	Statuses []Status
-	// After is the position to continue from (exclusive): a checkpoint id within a job, a
-	// global sequence number across jobs. 0 starts at the beginning.
+	// After is the position to continue from, exclusive; 0 starts at the beginning. Within
+	// a job (newest first) it is a checkpoint id, and the page holds lower ids. Across jobs
+	// (oldest first) it is a Checkpoint.Seq, and the page holds higher ones.
 	After int64
 	Limit int
 }

@@ -5,6 +5,8 @@ import (
 	"encoding/json"
 	"fmt"
 	"regexp"
+	"strings"
+	"unicode/utf8"
 	"time"
 )
 
@@ -97,10 +99,18 @@ func ValidateVote(v Vote) error {
 	default:
 		f.add("vote", "must be %q or %q", VotePrepared, VoteAbort)
 	}
-	if len(v.Reason) > MaxReasonLength {
+	validateReason(&f, v.Reason)
+	return f.err()
+}
+
+// validateReason bounds a free-text reason. NUL is refused: no store keeps it in text.
+func validateReason(f *fieldErrors, reason string) {
+	if len(reason) > MaxReasonLength {
 		f.add("reason", "must be at most %d bytes", MaxReasonLength)
 	}
-	return f.err()
+	if strings.ContainsRune(reason, 0) || !utf8.ValidString(reason) {
+		f.add("reason", "must be valid UTF-8 text without NUL characters")
+	}
 }
 
 // CompactJSON returns the JSON text without insignificant white space, so that the same

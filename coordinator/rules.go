@@ -72,6 +72,11 @@ func expiryReason(cp *Checkpoint) string {
 		}
 	}
 	if len(late) == 0 {
+		if !cp.AutoCommit {
+			// Nothing but an explicit commit could decide it; a lower checkpoint may or may
+			// not have been open as well.
+			return "deadline passed with every vote in but no commit decided (auto_commit is off)"
+		}
 		return "deadline passed with every vote in while a lower checkpoint was still open"
 	}
 	return "deadline passed; no vote in time from: " + strings.Join(late, ", ")

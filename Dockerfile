@@ -1,0 +1,22 @@
+# syntax=docker/dockerfile:1
+
+# Build a static binary.
+FROM golang:1.26 AS build
+WORKDIR /src
+COPY go.mod go.sum ./
+RUN go mod download
+COPY . .
+RUN CGO_ENABLED=0 go build -trimpath -ldflags "-s -w" -o /out/coordinator ./cmd/coordinator \
+ && mkdir -p /out/data
+
+# Run it as a non-root user on a minimal base.
+FROM gcr.io/distroless/static-debian12:nonroot
+COPY --from=build /out/coordinator /usr/local/bin/coordinator
+# The embedded store's data directory, owned by the nonroot user (65532). Mount a volume
+# here to keep its data; with --database-url it is not used.
+COPY --from=build --chown=65532:65532 /out/data /var/lib/coordinator
+ENV COORDINATOR_LISTEN=:8080 \
+    COORDINATOR_DATA_DIR=/var/lib/coordinator
+USER nonroot:nonroot
+EXPOSE 8080
+ENTRYPOINT ["/usr/local/bin/coordinator"]

@@ -1,0 +1,229 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"log/slog"
+	"strings"
+	"testing"
+	"time"
+)
+
+func parseServe(t *testing.T, args, environ []string) (config, error) {
+	t.Helper()
+	var cfg config
+	s := define("serve", &cfg)
+	rest, err := s.parse(args, environ)
+	if err == nil && len(rest) > 0 {
+		t.Fatalf("unexpected arguments left: %q", rest)
+	}
+	if err == nil {
+		err = cfg.validate("serve")
+	}
+	return cfg, err
+}
+
+func TestDefaults(t *testing.T) {
+	t.Parallel()
+	cfg, err := parseServe(t, nil, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := config{
+		listen:          ":8080",
+		dataDir:         "./coordinator-data",
+		migrate:         true,
+		maxBodyBytes:    1 << 20,
+		requestTimeout:  30 * time.Second,
+		shutdownTimeout: 15 * time.Second,
+		sweepInterval:   200 * time.Millisecond,
+		logFormat:       "text",
+		logLevel:        slog.LevelInfo,
+	}
+	if cfg != want {
+		t.Errorf("defaults\n got %+v\nwant %+v", cfg, want)
+	}
+}
+
+func TestFlagWinsOverEnvironment(t *testing.T) {
+	t.Parallel()
+	environ := []string{
+		"COORDINATOR_LISTEN=127.0.0.1:7000",
+		"COORDINATOR_MAX_BODY_BYTES=4096",
+		"COORDINATOR_MIGRATE=false",
+		"COORDINATOR_LOG_LEVEL=debug",
+		"COORDINATOR_DATABASE_URL=postgres://env@db:5432/env",
+		"PATH=/usr/bin", // not ours
+	}
+	cfg, err := parseServe(t, []string{"--listen", "127.0.0.1:0", "--migrate=true", "-database-url=postgres://flag@db:5432/flag"}, environ)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cfg.listen != "127.0.0.1:0" {
+		t.Errorf("listen = %q, want the flag's 127.0.0.1:0", cfg.listen)
+	}
+	if !cfg.migrate {
+		t.Errorf("migrate = false, want the flag's true over COORDINATOR_MIGRATE=false")
+	}
+	if cfg.databaseURL != "postgres://flag@db:5432/flag" {
+		t.Errorf("database URL = %q, want the flag's", cfg.databaseURL)
+	}
+	if cfg.maxBodyBytes != 4096 {
+		t.Errorf("max body bytes = %d, want 4096 from the environment", cfg.maxBodyBytes)
+	}
+	if cfg.logLevel != slog.LevelDebug {
+		t.Errorf("log level = %v, want debug from the environment", cfg.logLevel)
+	}
+}
+
+func TestMigrateTakesFlagsAfterItsAction(t *testing.T) {
+	t.Parallel()
+	var cfg config
+	s := define("migrate", &cfg)
+	rest, err := s.parse([]string{"up", "--database-url", "postgres://u@h:5432/d"}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(rest) != 1 || rest[0] != "up" || cfg.databaseURL != "postgres://u@h:5432/d" {
+		t.Errorf("rest %q, database URL %q", rest, cfg.databaseURL)
+	}
+	if s.fs.Lookup("listen") != nil {
+		t.Errorf("migrate has a --listen flag, which it does not use")
+	}
+}
+
+func TestInvalidSettings(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		name    string
+		args    []string
+		environ []string
+		want    string // in the error
+	}{
+		{"env not a number", nil, []string{"COORDINATOR_MAX_BODY_BYTES=lots"}, "COORDINATOR_MAX_BODY_BYTES"},
+		{"env not a duration", nil, []string{"COORDINATOR_SHUTDOWN_TIMEOUT=15"}, "COORDINATOR_SHUTDOWN_TIMEOUT"},
+		{"env not a bool", nil, []string{"COORDINATOR_MIGRATE=maybe"}, "COORDINATOR_MIGRATE"},
+		{"env not a level", nil, []string{"COORDINATOR_LOG_LEVEL=loud"}, "COORDINATOR_LOG_LEVEL"},
+		{"flag not a number", []string{"--db-max-conns", "x"}, nil, "db-max-conns"},
+		{"unknown flag", []string{"--listn", ":1"}, nil, "listn"},
+		{"sweep too slow for rule 6", []string{"--sweep-interval", "2s"}, nil, "--sweep-interval"},
+		{"sweep zero", nil, []string{"COORDINATOR_SWEEP_INTERVAL=0s"}, "--sweep-interval"},
+		{"body limit zero", []string{"--max-body-bytes=0"}, nil, "--max-body-bytes"},
+		{"negative pool", []string{"--db-max-conns=-1"}, nil, "--db-max-conns"},
+		{"pool beyond int32", []string{"--db-max-conns=4294967296"}, nil, "--db-max-conns"},
+		{"listen without port", []string{"--listen", "localhost"}, nil, "--listen"},
+		{"log format", []string{"--log-format", "xml"}, nil, "--log-format"},
+		{"not a postgres URL", []string{"--database-url", "mysql://root@db/x"}, nil, "postgres://"},
+		{"negative request timeout", []string{"--request-timeout=-1s"}, nil, "--request-timeout"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			_, err := parseServe(t, tt.args, tt.environ)
+			if err == nil || !strings.Contains(err.Error(), tt.want) {
+				t.Errorf("error %v, want one naming %s", err, tt.want)
+			}
+		})
+	}
+}
+
+func TestRedactURL(t *testing.T) {
+	t.Parallel()
+	tests := []struct{ in, want string }{
+		{"postgres://postgres@127.0.0.1:5432/postgres?sslmode=disable", "postgres://postgres@127.0.0.1:5432/postgres?sslmode=disable"},
+		{"postgres://app:s3cret@db:5432/coord", "postgres://app:xxxxx@db:5432/coord"},
+		{"postgres://app:p%40ss%2Fw@db/coord", "postgres://app:xxxxx@db/coord"},
+		{"postgresql://db/coord?user=app&password=s3cret", "postgresql://db/coord?password=xxxxx&user=app"},
+	}
+	for _, tt := range tests {
+		if got := redactURL(tt.in); got != tt.want {
+			t.Errorf("redactURL(%q) = %q, want %q", tt.in, got, tt.want)
+		}
+		if strings.Contains(redactURL(tt.in), "s3cret") || strings.Contains(redactURL(tt.in), "p%40ss") {
+			t.Errorf("redactURL(%q) leaks the password", tt.in)
+		}
+	}
+}
+
+func TestScrubRemovesPasswordsFromErrors(t *testing.T) {
+	t.Parallel()
+	raw := "postgres://app:p%40ss%2Fw@db:5432/coord"
+	if got := urlPassword(raw); got != "p@ss/w" {
+		t.Fatalf("urlPassword = %q, want p@ss/w", got)
+	}
+	if got := urlPassword("postgres://db/x?password=a"); got != "a" {
+		t.Errorf("urlPassword of a query password = %q, want a", got)
+	}
+	msg := `failed to connect to "` + raw + `": password p@ss/w rejected`
+	got := scrub(msg, urlPassword(raw))
+	if strings.Contains(got, "p@ss") || strings.Contains(got, "p%40ss") {
+		t.Errorf("scrub left the password in %q", got)
+	}
+	if scrub("no secret here", "") != "no secret here" {
+		t.Errorf("scrub with no secret changed the message")
+	}
+}
+
+func TestUnknownEnvironmentVariables(t *testing.T) {
+	t.Parallel()
+	got := unknownEnv([]string{
+		"COORDINATOR_LISTEN=:1",
+		"COORDINATOR_LISTENN=:1",
+		"COORDINATOR_TEST_DATABASE_URL=postgres://x",
+		"HOME=/root",
+		"COORDINATOR_DB_MAX_CONNS=4",
+	})
+	if len(got) != 1 || got[0] != "COORDINATOR_LISTENN" {
+		t.Errorf("unknown = %q, want only COORDINATOR_LISTENN", got)
+	}
+}
+
+func TestHelpListsEveryFlagWithItsTwin(t *testing.T) {
+	t.Parallel()
+	var stdout, stderr bytes.Buffer
+	if code := run(context.Background(), []string{"--help"}, nil, &stdout, &stderr); code != exitOK {
+		t.Fatalf("--help exited %d: %s", code, stderr.String())
+	}
+	help := stdout.String()
+	var cfg config
+	s := define("serve", &cfg)
+	for name, env := range s.envs {
+		if !strings.Contains(help, "--"+name) || !strings.Contains(help, env) {
+			t.Errorf("help misses --%s or %s", name, env)
+		}
+	}
+	for _, want := range []string{"default :8080", "default 1048576", "default 30s", "default 200ms", "rule 8", "migrate up|down|version"} {
+		if !strings.Contains(help, want) {
+			t.Errorf("help misses %q", want)
+		}
+	}
+}
+
+func TestExitStatuses(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		name    string
+		args    []string
+		environ []string
+		code    int
+		stderr  string
+	}{
+		{"invalid flag", []string{"--max-body-bytes", "big"}, nil, exitUsage, "max-body-bytes"},
+		{"invalid environment", nil, []string{"COORDINATOR_SWEEP_INTERVAL=soon"}, exitUsage, "COORDINATOR_SWEEP_INTERVAL"},
+		{"stray argument", []string{"srve"}, nil, exitUsage, "srve"},
+		{"migrate without action", []string{"migrate"}, nil, exitUsage, "up, down or version"},
+		{"migrate unknown action", []string{"migrate", "sideways"}, nil, exitUsage, "sideways"},
+		{"no database yet", []string{"--listen", "127.0.0.1:0"}, nil, exitUsage, "--database-url"},
+		{"migrate no database yet", []string{"migrate", "version"}, nil, exitUsage, "--database-url"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			var stdout, stderr bytes.Buffer
+			code := run(context.Background(), tt.args, tt.environ, &stdout, &stderr)
+			if code != tt.code || !strings.Contains(stderr.String(), tt.stderr) {
+				t.Errorf("exit %d, stderr %q; want exit %d and %q", code, stderr.String(), tt.code, tt.stderr)
+			}
+		})
+	}
+}

@@ -1,0 +1,131 @@
+// Command coordinator serves the two-phase-commit checkpoint coordinator over HTTP/JSON,
+// and migrates its database schema.
+//
+//	coordinator [serve] [flags]
+//	coordinator migrate up|down|version [flags]
+//
+// Run "coordinator --help" for every flag and its environment twin.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"os/signal"
+	"syscall"
+)
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	go func() {
+		// After the first signal, a second one kills at once (the default behaviour).
+		<-ctx.Done()
+		stop()
+	}()
+	code := run(ctx, os.Args[1:], os.Environ(), os.Stdout, os.Stderr)
+	stop()
+	os.Exit(code)
+}
+
+// Exit statuses.
+const (
+	exitOK      = 0
+	exitFailure = 1 // a runtime failure: database unreachable, port taken, ...
+	exitUsage   = 2 // invalid flags or settings
+)
+
+// usageErr marks an error in the command line or the settings: it exits with exitUsage.
+type usageErr struct{ error }
+
+func (e usageErr) Unwrap() error { return e.error }
+
+// usageError wraps err so that it exits with exitUsage.
+func usageError(err error) error {
+	return usageErr{err}
+}
+
+// run is the whole program: it parses args and environ, runs the command until ctx ends
+// (SIGTERM or SIGINT in main) and returns the exit status. Help goes to stdout; logs and
+// errors go to stderr.
+func run(ctx context.Context, args, environ []string, stdout, stderr io.Writer) int {
+	command := "serve"
+	if len(args) > 0 {
+		switch args[0] {
+		case "serve", "migrate":
+			command, args = args[0], args[1:]
+		case "help":
+			usage(stdout, "serve")
+			return exitOK
+		}
+	}
+
+	var cfg config
+	s := define(command, &cfg)
+	rest, err := s.parse(args, environ)
+	if errors.Is(err, flag.ErrHelp) {
+		usage(stdout, command)
+		return exitOK
+	}
+	if err == nil {
+		err = cfg.validate(command)
+	}
+	if err == nil {
+		err = checkArgs(command, rest)
+	}
+	if err != nil {
+		fmt.Fprintf(stderr, "coordinator %s: %v\nRun 'coordinator --help' for usage.\n", command, err)
+		return exitUsage
+	}
+
+	logger := newLogger(cfg, stderr)
+	if unknown := unknownEnv(environ); len(unknown) > 0 {
+		logger.Warn("ignoring unknown environment variables", "names", unknown)
+	}
+
+	switch command {
+	case "migrate":
+		err = migrateCommand(rest[0], cfg, stdout)
+	default:
+		err = serve(ctx, cfg, logger)
+	}
+	if err == nil {
+		return exitOK
+	}
+	msg := scrub(err.Error(), urlPassword(cfg.databaseURL))
+	if errors.As(err, new(usageErr)) {
+		fmt.Fprintf(stderr, "coordinator %s: %s\nRun 'coordinator --help' for usage.\n", command, msg)
+		return exitUsage
+	}
+	logger.Error("coordinator "+command+" failed", "error", msg)
+	return exitFailure
+}
+
+// checkArgs checks the positional arguments left after the flags.
+func checkArgs(command string, rest []string) error {
+	if command == "migrate" {
+		if len(rest) != 1 {
+			return fmt.Errorf("migrate needs exactly one of up, down or version, got %q", rest)
+		}
+		switch rest[0] {
+		case "up", "down", "version":
+			return nil
+		}
+		return fmt.Errorf("migrate needs up, down or version, not %q", rest[0])
+	}
+	if len(rest) > 0 {
+		return fmt.Errorf("unexpected argument %q (commands: serve, migrate, help)", rest[0])
+	}
+	return nil
+}
+
+func newLogger(cfg config, w io.Writer) *slog.Logger {
+	opts := &slog.HandlerOptions{Level: cfg.logLevel}
+	if cfg.logFormat == "json" {
+		return slog.New(slog.NewJSONHandler(w, opts))
+	}
+	return slog.New(slog.NewTextHandler(w, opts))
+}

@@ -1,0 +1,114 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"sync"
+	"time"
+
+	"github.com/twophase/coordinator/api"
+	"github.com/twophase/coordinator/coordinator"
+)
+
+// HTTP server limits that are not settings.
+const (
+	readHeaderTimeout = 10 * time.Second
+	idleTimeout       = 2 * time.Minute
+	maxHeaderBytes    = 64 << 10
+	// timeoutSlack is added to the longest a request may take (--request-timeout plus the
+	// longest long-poll) for the connection's read and write deadlines, so that the
+	// handler's own timeout answers first, as a problem document.
+	timeoutSlack = 5 * time.Second
+)
+
+// serve runs the coordinator until ctx ends, then shuts down gracefully. A nil error
+// means a clean shutdown.
+func serve(ctx context.Context, cfg config, logger *slog.Logger) error {
+	store, describe, err := openStore(ctx, cfg, logger)
+	if err != nil {
+		if ctx.Err() != nil {
+			return nil // asked to stop while starting
+		}
+		return err
+	}
+	defer func() {
+		store.Close()
+		logger.Info("store closed")
+	}()
+	svc := coordinator.NewService(store, logger)
+
+	// PROTOCOL.md rule 6: after an outage, expired checkpoints are aborted before new work
+	// is served.
+	swept, err := svc.SweepExpired(ctx)
+	if err != nil {
+		if ctx.Err() != nil {
+			return nil
+		}
+		return fmt.Errorf("abort checkpoints that expired while no coordinator ran: %w", err)
+	}
+	if swept > 0 {
+		logger.Info("aborted checkpoints that expired while no coordinator ran", "jobs", swept)
+	}
+
+	ln, err := net.Listen("tcp", cfg.listen)
+	if err != nil {
+		return fmt.Errorf("listen on %s: %w", cfg.listen, err)
+	}
+
+	sweepCtx, stopSweeper := context.WithCancel(context.WithoutCancel(ctx))
+	var sweeper sync.WaitGroup
+	sweeper.Go(func() { svc.RunSweeper(sweepCtx, cfg.sweepInterval) })
+	defer func() {
+		stopSweeper()
+		sweeper.Wait()
+	}()
+
+	srv := &http.Server{
+		Handler: api.NewHandler(svc, api.Options{
+			MaxBodyBytes:   cfg.maxBodyBytes,
+			Logger:         logger,
+			RequestTimeout: cfg.requestTimeout,
+		}),
+		ReadHeaderTimeout: readHeaderTimeout,
+		// Not shorter than a request may take: when the read deadline passes while a
+		// handler runs, net/http cancels the request's context.
+		ReadTimeout:    longestRequest(cfg),
+		WriteTimeout:   longestRequest(cfg),
+		IdleTimeout:    idleTimeout,
+		MaxHeaderBytes: maxHeaderBytes,
+		ErrorLog:       slog.NewLogLogger(logger.Handler(), slog.LevelWarn),
+	}
+	served := make(chan error, 1)
+	go func() { served <- srv.Serve(ln) }()
+	logger.Info("listening", append([]any{"addr", ln.Addr().String()}, describe...)...)
+
+	select {
+	case err := <-served:
+		return fmt.Errorf("serve HTTP: %w", err)
+	case <-ctx.Done():
+	}
+
+	logger.Info("shutting down: finishing in-flight requests", "timeout", cfg.shutdownTimeout.String())
+	shutdownCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cfg.shutdownTimeout)
+	defer cancel()
+	if err := srv.Shutdown(shutdownCtx); err != nil {
+		// Requests still running (long-polls, most likely) are cut: their clients retry.
+		logger.Warn("shutdown timeout passed: closing the remaining connections", "error", err)
+		_ = srv.Close()
+	}
+	if err := <-served; err != nil && !errors.Is(err, http.ErrServerClosed) {
+		return fmt.Errorf("serve HTTP: %w", err)
+	}
+	logger.Info("stopped accepting requests")
+	return nil
+}
+
+// longestRequest is the longest a request may take before the handler answers 503: its
+// work bounded by --request-timeout, plus the longest long-poll wait.
+func longestRequest(cfg config) time.Duration {
+	return cfg.requestTimeout + coordinator.MaxLongPoll + timeoutSlack
+}

@@ -1,0 +1,65 @@
+package main
+
+import (
+	"flag"
+	"fmt"
+	"io"
+	"strings"
+)
+
+const usageHeader = `coordinator: a two-phase-commit checkpoint coordinator over HTTP/JSON.
+
+Usage:
+  coordinator [serve] [flags]                serve the API (the default command)
+  coordinator migrate up|down|version [flags]
+                                             up: apply pending schema migrations
+                                             down: revert every migration (DROPS ALL COORDINATOR DATA)
+                                             version: print the schema version
+  coordinator help                           this text
+`
+
+const usageStores = `
+Stores:
+  --database-url postgres://...   PostgreSQL. Any number of coordinator processes may serve
+                                  one database at once (PROTOCOL.md rule 8).
+  no --database-url               the embedded store in --data-dir (not in this build yet:
+                                  pass --database-url). It does not support several
+                                  coordinator processes on one data directory: rule 8 needs
+                                  PostgreSQL.
+
+Every flag has an environment twin; a flag on the command line wins over its twin.
+Exit status: 0 after a clean shutdown (SIGTERM, SIGINT), 1 on a runtime failure,
+2 on invalid flags or settings.
+`
+
+// usage writes the help of command ("serve" or "migrate") to w.
+func usage(w io.Writer, command string) {
+	var cfg config
+	s := define(command, &cfg)
+	fmt.Fprint(w, usageHeader)
+	if command == "migrate" {
+		fmt.Fprint(w, "\nFlags of migrate:\n")
+	} else {
+		fmt.Fprint(w, "\nFlags of serve:\n")
+	}
+	for _, name := range s.order {
+		f := s.fs.Lookup(name)
+		placeholder, text := flag.UnquoteUsage(f)
+		head := "--" + f.Name
+		if placeholder != "" {
+			head += " " + placeholder
+		}
+		def := f.DefValue
+		switch {
+		case f.Name == "database-url":
+			def = "none: the embedded store"
+		case f.Name == "log-level":
+			def = strings.ToLower(def)
+		case def == "":
+			def = `""`
+		}
+		fmt.Fprintf(w, "  %-28s env %s (default %s)\n", head, s.envs[f.Name], def)
+		fmt.Fprintf(w, "        %s\n", text)
+	}
+	fmt.Fprint(w, usageStores)
+}

@@ -185,10 +185,11 @@ func (s *Service) Register(ctx context.Context, job, participant string) (*Pendi
 			return err
 		}
 		round.Register(participant, epoch)
+		aborted := round.Statuses
 		if err := s.save(ctx, tx, &round.Changes); err != nil {
 			return err
 		}
-		out = &Pending{Job: job, Participant: participant, Epoch: epoch, Items: PendingItems(merge(owing, round.Statuses), participant)}
+		out = &Pending{Job: job, Participant: participant, Epoch: epoch, Items: PendingItems(merge(owing, aborted), participant)}
 		return nil
 	})
 	if err != nil {

@@ -53,9 +53,11 @@ type JobTx interface {
 	Preparing(ctx context.Context) ([]*Checkpoint, error)
 	// Checkpoint returns one checkpoint, ErrNotFound if it does not exist.
 	Checkpoint(ctx context.Context, id int64) (*Checkpoint, error)
-	// Owing returns, lowest id first, the checkpoints that are not committed and in which
-	// participant (or, if empty, any participant) has not acked. The rules decide which
-	// of them are really owed.
+	// Owing returns, lowest id first, the checkpoints in which participant (or, if empty,
+	// any participant) has not acked and may still owe something: those preparing or
+	// committing, and those aborted where it voted prepared. Aborted checkpoints without
+	// an unacked prepared vote owe nothing and are left out, so the cost does not grow with
+	// history. It may return more; the rules (Owed) decide what is really owed.
 	Owing(ctx context.Context, participant string) ([]*Checkpoint, error)
 	// Idempotency returns what an Idempotency-Key opened, ok false if it is unknown.
 	Idempotency(ctx context.Context, key string) (rec IdempotencyRecord, ok bool, err error)

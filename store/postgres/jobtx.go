@@ -25,11 +25,20 @@ var _ coordinator.JobTx = (*jobTx)(nil)
 var errReadOnly = errors.New("postgres: write in a read-only transaction")
 
 func (t *jobTx) load(ctx context.Context, name string) error {
-	lock := ""
 	if t.write {
-		lock = " FOR UPDATE OF j"
+		// The lock is taken in a statement of its own: a statement that waits for a row lock
+		// re-reads only the locked row afterwards, so epochs read in the same statement could
+		// predate the transaction that held the lock.
+		var one int
+		err := t.tx.QueryRow(ctx, "SELECT 1 FROM jobs WHERE name = $1 AND NOT deleted FOR UPDATE", name).Scan(&one)
+		if errors.Is(err, pgx.ErrNoRows) {
+			return coordinator.ErrNotFound
+		}
+		if err != nil {
+			return err
+		}
 	}
-	job, err := scanJob(t.tx.QueryRow(ctx, "SELECT "+jobColumns+" FROM jobs j WHERE j.name = $1 AND NOT j.deleted"+lock, name), false)
+	job, err := scanJob(t.tx.QueryRow(ctx, "SELECT "+jobColumns+" FROM jobs j WHERE j.name = $1 AND NOT j.deleted", name), false)
 	if err != nil {
 		return err
 	}

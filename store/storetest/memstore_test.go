@@ -307,7 +307,8 @@ func (tx *memTx) Owing(ctx context.Context, participant string) ([]*coordinator.
 			continue
 		}
 		for _, p := range cp.Participants {
-			if (participant == "" || p.Name == participant) && p.AckedAt == nil {
+			mayOwe := cp.Status != coordinator.StatusAborted || p.Vote == coordinator.VotePrepared
+			if (participant == "" || p.Name == participant) && p.AckedAt == nil && mayOwe {
 				out = append(out, cloneCheckpoint(cp))
 				break
 			}

@@ -90,6 +90,9 @@ func MigrateUp(dataDir string) error {
 		return err
 	}
 	err = migrateUp(filepath.Join(dir, DatabaseFileName))
+	if err == nil {
+		err = syncDir(dir)
+	}
 	return errors.Join(err, lock.release())
 }
 

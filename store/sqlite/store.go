@@ -35,6 +35,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/twophase/coordinator/coordinator"
@@ -165,7 +166,25 @@ func (s *Store) open(ctx context.Context, opts Options) error {
 	if err := s.reader.PingContext(ctx); err != nil {
 		return translate(fmt.Errorf("open %s: %w", s.path, err))
 	}
+	// SQLite syncs the directory when it creates a journal, not when it creates the
+	// database file: sync it once, so a power loss cannot drop the file's name.
+	if err := syncDir(s.dir); err != nil {
+		return fmt.Errorf("sync data directory: %w", err)
+	}
 	s.logger.Debug("sqlite store open", "path", s.path, "schema_version", version)
+	return nil
+}
+
+// syncDir makes the names of the files in dir durable.
+func syncDir(dir string) error {
+	d, err := os.Open(dir)
+	if err != nil {
+		return err
+	}
+	defer d.Close()
+	if err := d.Sync(); err != nil && !errors.Is(err, syscall.EINVAL) { // EINVAL: the file system cannot sync a directory
+		return err
+	}
 	return nil
 }
 

@@ -213,8 +213,7 @@ func TestExitStatuses(t *testing.T) {
 		{"stray argument", []string{"srve"}, nil, exitUsage, "srve"},
 		{"migrate without action", []string{"migrate"}, nil, exitUsage, "up, down or version"},
 		{"migrate unknown action", []string{"migrate", "sideways"}, nil, exitUsage, "sideways"},
-		{"no database yet", []string{"--listen", "127.0.0.1:0"}, nil, exitUsage, "--database-url"},
-		{"migrate no database yet", []string{"migrate", "version"}, nil, exitUsage, "--database-url"},
+		{"empty data directory", []string{"--data-dir", ""}, nil, exitUsage, "--data-dir"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

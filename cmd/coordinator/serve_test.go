@@ -46,21 +46,21 @@ func (b *logBuffer) lines(t *testing.T) []map[string]any {
 	return out
 }
 
-// started runs the coordinator in the background on a free port of 127.0.0.1 and returns
-// its base URL, its log and the channel its exit status arrives on. Cancelling ctx is what
-// SIGTERM does in main.
-func started(t *testing.T, ctx context.Context, databaseURL string) (string, *logBuffer, <-chan int) {
+// started runs the coordinator with store args in the background on a free port of
+// 127.0.0.1 and returns its base URL, its log and the channel its exit status arrives on.
+// Cancelling ctx is what SIGTERM does in main.
+func started(t *testing.T, ctx context.Context, store, storeArg string) (string, *logBuffer, <-chan int) {
 	t.Helper()
 	logs := &logBuffer{}
 	exit := make(chan int, 1)
-	args := []string{"--listen", "127.0.0.1:0", "--database-url", databaseURL, "--log-format", "json", "--sweep-interval", "1s", "--shutdown-timeout", "1s"}
+	args := []string{"--listen", "127.0.0.1:0", storeArg, "--log-format", "json", "--sweep-interval", "1s", "--shutdown-timeout", "1s"}
 	go func() { exit <- run(ctx, args, nil, io.Discard, logs) }()
 	deadline := time.Now().Add(30 * time.Second)
 	for time.Now().Before(deadline) {
 		for _, line := range logs.lines(t) {
 			if line["msg"] == "listening" {
-				if line["store"] != "postgres" {
-					t.Errorf("listening line names store %v, want postgres", line["store"])
+				if line["store"] != store {
+					t.Errorf("listening line names store %v, want %s", line["store"], store)
 				}
 				return "http://" + line["addr"].(string), logs, exit
 			}
@@ -98,7 +98,7 @@ func TestServeSweepsBeforeListeningAndShutsDownCleanly(t *testing.T) {
 
 	serveCtx, stop := context.WithCancel(ctx)
 	defer stop()
-	base, logs, exit := started(t, serveCtx, databaseURL)
+	base, logs, exit := started(t, serveCtx, "postgres", "--database-url="+databaseURL)
 
 	// Rule 6: the expired checkpoint was aborted before the coordinator listened.
 	swept := false
@@ -200,4 +200,40 @@ func send(t *testing.T, method, url, body string, status int) {
 	if resp.StatusCode != status {
 		t.Fatalf("%s %s: %d %s, want %d", method, url, resp.StatusCode, got, status)
 	}
+}
+
+func TestEmbeddedStoreHasOneOwner(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	ctx, stop := context.WithCancel(context.Background())
+	defer stop()
+	base, logs, exit := started(t, ctx, "embedded", "--data-dir="+dir)
+	send(t, http.MethodPut, base+"/v1/jobs/orders", `{"participants":["sink-a"]}`, http.StatusCreated)
+
+	// A second coordinator on the same data directory exits at once, naming the first.
+	var stderr bytes.Buffer
+	code := run(context.Background(), []string{"--listen", "127.0.0.1:0", "--data-dir", dir}, nil, io.Discard, &stderr)
+	if code != exitFailure || !strings.Contains(stderr.String(), "in use") {
+		t.Errorf("second coordinator on %s: exit %d, log %q; want exit 1 saying the directory is in use", dir, code, stderr.String())
+	}
+
+	stop()
+	if code := <-exit; code != exitOK {
+		t.Fatalf("exit status %d after shutdown; log:\n%s", code, logs.buf.String())
+	}
+
+	// The data survived, and the schema is current.
+	var stdout bytes.Buffer
+	if code := run(context.Background(), []string{"migrate", "version", "--data-dir", dir}, nil, &stdout, io.Discard); code != exitOK {
+		t.Fatalf("migrate version exited %d", code)
+	}
+	if !strings.HasPrefix(stdout.String(), "schema version ") || strings.Contains(stdout.String(), "version 0 ") {
+		t.Errorf("migrate version printed %q", stdout.String())
+	}
+	ctx2, stop2 := context.WithCancel(context.Background())
+	defer stop2()
+	base, _, exit = started(t, ctx2, "embedded", "--data-dir="+dir)
+	get(t, base+"/v1/jobs/orders", http.StatusOK, nil)
+	stop2()
+	<-exit
 }

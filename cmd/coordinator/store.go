@@ -9,22 +9,37 @@ import (
 
 	"github.com/twophase/coordinator/coordinator"
 	"github.com/twophase/coordinator/store/postgres"
+	"github.com/twophase/coordinator/store/sqlite"
 )
 
-// errNoEmbeddedStore is what a command without --database-url gets until the embedded
-// store exists.
-var errNoEmbeddedStore = usageError(errors.New(
-	"no database: pass --database-url postgres://user:password@host:5432/db?sslmode=disable " +
-		"(or set COORDINATOR_DATABASE_URL); the embedded store (--data-dir) is not in this build yet"))
-
-// openStore opens the store cfg names, applying pending migrations first when cfg.migrate
-// is set. It returns the store and log attributes that describe it, with no secret in
-// them. This is the one place that chooses a store.
+// openStore opens the store cfg names: PostgreSQL with a database URL, else the embedded
+// store in the data directory. With cfg.migrate it applies pending migrations first. It
+// returns the store and log attributes that describe it, with no secret in them. This is
+// the one place that chooses a store.
 func openStore(ctx context.Context, cfg config, logger *slog.Logger) (coordinator.Store, []any, error) {
 	if cfg.databaseURL == "" {
-		// The embedded store plugs in here: open it in cfg.dataDir.
-		return nil, nil, errNoEmbeddedStore
+		return openEmbedded(ctx, cfg, logger)
 	}
+	return openPostgres(ctx, cfg, logger)
+}
+
+func openEmbedded(ctx context.Context, cfg config, logger *slog.Logger) (coordinator.Store, []any, error) {
+	store, err := sqlite.Open(ctx, cfg.dataDir, sqlite.Options{Logger: logger, Migrate: cfg.migrate})
+	if errors.Is(err, sqlite.ErrSchemaVersion) {
+		return nil, nil, fmt.Errorf("open the embedded store in %s: %w: run 'coordinator migrate up' or start with --migrate=true", cfg.dataDir, err)
+	}
+	if err != nil {
+		return nil, nil, fmt.Errorf("open the embedded store in %s: %w", cfg.dataDir, err)
+	}
+	if cfg.migrate {
+		logger.Info("schema migrated", "version", sqlite.SchemaVersion)
+	}
+	logger.Info("embedded store: one coordinator process per data directory; for several, or for PostgreSQL, pass --database-url postgres://...",
+		"data_dir", store.Dir())
+	return store, []any{"store", "embedded", "data_dir", store.Dir()}, nil
+}
+
+func openPostgres(ctx context.Context, cfg config, logger *slog.Logger) (coordinator.Store, []any, error) {
 	describe := []any{"store", "postgres", "database", redactURL(cfg.databaseURL)}
 	if cfg.migrate {
 		if err := postgres.MigrateUp(cfg.databaseURL); err != nil {
@@ -58,27 +73,50 @@ func dirtyNote(dirty bool) string {
 	return ""
 }
 
-// migrateCommand runs "coordinator migrate up|down|version" and prints the outcome to w.
-func migrateCommand(action string, cfg config, w io.Writer) error {
+// migrator is what "coordinator migrate" needs of a store.
+type migrator struct {
+	up, down func() error
+	version  func() (uint, bool, error)
+	needs    uint // the schema version this build needs
+}
+
+func migratorFor(cfg config) migrator {
 	if cfg.databaseURL == "" {
-		// The embedded store's migrations plug in here.
-		return errNoEmbeddedStore
+		dir := cfg.dataDir
+		return migrator{
+			up:      func() error { return sqlite.MigrateUp(dir) },
+			down:    func() error { return sqlite.MigrateDown(dir) },
+			version: func() (uint, bool, error) { return sqlite.MigrationVersion(dir) },
+			needs:   sqlite.SchemaVersion,
+		}
 	}
 	url := cfg.databaseURL
+	return migrator{
+		up:      func() error { return postgres.MigrateUp(url) },
+		down:    func() error { return postgres.MigrateDown(url) },
+		version: func() (uint, bool, error) { return postgres.MigrationVersion(url) },
+		needs:   postgres.SchemaVersion,
+	}
+}
+
+// migrateCommand runs "coordinator migrate up|down|version" on the store cfg names and
+// prints the schema version it leaves to w.
+func migrateCommand(action string, cfg config, w io.Writer) error {
+	m := migratorFor(cfg)
 	switch action {
 	case "up":
-		if err := postgres.MigrateUp(url); err != nil {
+		if err := m.up(); err != nil {
 			return fmt.Errorf("migrate up: %w", err)
 		}
 	case "down":
-		if err := postgres.MigrateDown(url); err != nil {
+		if err := m.down(); err != nil {
 			return fmt.Errorf("migrate down: %w", err)
 		}
 	}
-	version, dirty, err := postgres.MigrationVersion(url)
+	version, dirty, err := m.version()
 	if err != nil {
 		return fmt.Errorf("read schema version: %w", err)
 	}
-	fmt.Fprintf(w, "schema version %d%s (this build needs %d)\n", version, dirtyNote(dirty), postgres.SchemaVersion)
+	fmt.Fprintf(w, "schema version %d%s (this build needs %d)\n", version, dirtyNote(dirty), m.needs)
 	return nil
 }

@@ -22,10 +22,10 @@ const usageStores = `
 Stores:
   --database-url postgres://...   PostgreSQL. Any number of coordinator processes may serve
                                   one database at once (PROTOCOL.md rule 8).
-  no --database-url               the embedded store in --data-dir (not in this build yet:
-                                  pass --database-url). It does not support several
-                                  coordinator processes on one data directory: rule 8 needs
-                                  PostgreSQL.
+  no --database-url               the embedded store: a SQLite database in --data-dir, as
+                                  durable (a 2xx means on disk). It does not support several
+                                  coordinator processes on one data directory (a second one
+                                  exits at once, naming the first): rule 8 needs PostgreSQL.
 
 Every flag has an environment twin; a flag on the command line wins over its twin.
 Exit status: 0 after a clean shutdown (SIGTERM, SIGINT), 1 on a runtime failure,

@@ -1,0 +1,321 @@
+package harness
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	coordinatorclient "github.com/twophase/coordinator/clients/go"
+)
+
+const (
+	// coordinatorStartTimeout bounds the wait for the "listening" line: migrations and the
+	// start-up sweep come first.
+	coordinatorStartTimeout = 60 * time.Second
+	// coordinatorStopTimeout bounds a graceful stop (SIGTERM to exit).
+	coordinatorStopTimeout = 30 * time.Second
+	// logLines is how many lines of output a Coordinator keeps for failure messages.
+	logLines = 400
+)
+
+// Coordinator is the coordinator binary running as a process on 127.0.0.1, started by
+// StartCoordinator. Its address does not change across Restart, so BaseURL, Client and
+// HTTP stay valid for the whole test.
+//
+// Kill, Stop and Restart may be called from any goroutine, one at a time.
+type Coordinator struct {
+	// BaseURL is http://127.0.0.1:<port>, the same across restarts.
+	BaseURL string
+	// Addr is 127.0.0.1:<port>.
+	Addr string
+	// Client is the generated client on BaseURL, using HTTP.
+	Client *coordinatorclient.ClientWithResponses
+	// HTTP is a client for raw requests: loopback only, 30 s timeout per request.
+	HTTP *http.Client
+
+	t    testing.TB
+	bin  string
+	args []string // every flag but --listen
+	logs *tail
+
+	mu          sync.Mutex
+	cmd         *exec.Cmd
+	exited      chan struct{}
+	state       *os.ProcessState
+	listeningAt time.Time
+	starts      int
+}
+
+// StartCoordinator builds the coordinator (once) and runs it with --database-url dbURL,
+// --listen 127.0.0.1:0, --log-format json and extraArgs, then waits for its "listening"
+// line. extraArgs must not set --listen or --log-format. t.Cleanup kills the process if it
+// still runs, and prints the tail of its log if the test failed.
+func StartCoordinator(t testing.TB, dbURL string, extraArgs ...string) *Coordinator {
+	t.Helper()
+	c := &Coordinator{
+		t:    t,
+		bin:  BuildCoordinator(t),
+		args: append([]string{"--database-url", dbURL, "--log-format", "json"}, extraArgs...),
+		logs: newTail(logLines),
+	}
+	t.Cleanup(func() {
+		c.kill()
+		if t.Failed() {
+			t.Logf("coordinator log (%s, last %d lines):\n%s", c.BaseURL, logLines, c.logs.String())
+		}
+	})
+	if err := c.start("127.0.0.1:0"); err != nil {
+		t.Fatalf("harness: start coordinator: %v\n%s", err, c.logs.String())
+	}
+	c.HTTP = &http.Client{
+		Timeout: 30 * time.Second,
+		Transport: &http.Transport{
+			DialContext:         (&net.Dialer{Timeout: 5 * time.Second}).DialContext,
+			MaxIdleConnsPerHost: 64,
+			IdleConnTimeout:     30 * time.Second,
+		},
+	}
+	client, err := coordinatorclient.NewClientWithResponses(c.BaseURL, coordinatorclient.WithHTTPClient(c.HTTP))
+	if err != nil {
+		t.Fatalf("harness: client: %v", err)
+	}
+	c.Client = client
+	return c
+}
+
+// Kill sends SIGKILL and waits for the process to be gone. It is a no-op if the process
+// is not running.
+func (c *Coordinator) Kill() {
+	c.t.Helper()
+	c.kill()
+}
+
+// Stop sends SIGTERM and expects a graceful exit with status 0 within 30 s; anything else
+// fails the test.
+func (c *Coordinator) Stop() {
+	c.t.Helper()
+	c.mu.Lock()
+	cmd, exited := c.cmd, c.exited
+	c.mu.Unlock()
+	if cmd == nil || !running(exited) {
+		c.t.Fatalf("harness: stop coordinator: it is not running")
+	}
+	_ = cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case <-exited:
+	case <-time.After(coordinatorStopTimeout):
+		_ = cmd.Process.Kill()
+		<-exited
+		c.t.Fatalf("harness: coordinator did not exit within %s of SIGTERM\n%s", coordinatorStopTimeout, c.logs.String())
+	}
+	if state := c.exitState(); state == nil || state.ExitCode() != 0 {
+		c.t.Errorf("harness: coordinator exited with %v after SIGTERM, want status 0\n%s", state, c.logs.String())
+	}
+}
+
+// Restart starts the coordinator again on the same address with the same flags, after
+// killing it (SIGKILL) if it still runs, and waits for its "listening" line.
+func (c *Coordinator) Restart() {
+	c.t.Helper()
+	c.kill()
+	var err error
+	// After a kill the port is free at once; the retries cover the rare case where the
+	// kernel handed it to an outgoing connection meanwhile.
+	for attempt := 0; attempt < 50; attempt++ {
+		if err = c.start(c.Addr); err == nil || !strings.Contains(err.Error(), "address already in use") {
+			break
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	if err != nil {
+		c.t.Fatalf("harness: restart coordinator: %v\n%s", err, c.logs.String())
+	}
+}
+
+// Running reports whether the process runs.
+func (c *Coordinator) Running() bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.cmd != nil && running(c.exited)
+}
+
+// Exited is closed when the current process exits (for whatever reason).
+func (c *Coordinator) Exited() <-chan struct{} {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.exited
+}
+
+// ListeningAt is the time the current process logged its "listening" line, by its own
+// clock: everything the coordinator did before serving happened before it.
+func (c *Coordinator) ListeningAt() time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.listeningAt
+}
+
+// Starts is how many processes were started so far, the first included.
+func (c *Coordinator) Starts() int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.starts
+}
+
+// Logs returns the last lines the coordinator wrote, of every process started so far.
+func (c *Coordinator) Logs() string { return c.logs.String() }
+
+func running(exited chan struct{}) bool {
+	select {
+	case <-exited:
+		return false
+	default:
+		return true
+	}
+}
+
+func (c *Coordinator) exitState() *os.ProcessState {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.state
+}
+
+func (c *Coordinator) kill() {
+	c.mu.Lock()
+	cmd, exited := c.cmd, c.exited
+	c.mu.Unlock()
+	if cmd == nil || !running(exited) {
+		return
+	}
+	_ = cmd.Process.Kill()
+	<-exited
+}
+
+// start runs one process listening on listen and waits for its "listening" line.
+func (c *Coordinator) start(listen string) error {
+	c.mu.Lock()
+	c.starts++
+	n := c.starts
+	c.mu.Unlock()
+	c.logs.add(fmt.Sprintf("=== harness: start #%d on %s ===", n, listen))
+
+	listening := make(chan logLine, 1)
+	out := &lineWriter{fn: func(line []byte) {
+		c.logs.add(string(line))
+		var l logLine
+		if bytes.Contains(line, []byte(`"listening"`)) && json.Unmarshal(line, &l) == nil && l.Msg == "listening" {
+			select {
+			case listening <- l:
+			default:
+			}
+		}
+	}}
+	args := append([]string{"--listen", listen}, c.args...)
+	cmd := exec.Command(c.bin, args...)
+	cmd.Env = coordinatorEnv()
+	cmd.Stdout, cmd.Stderr = out, out
+	cmd.SysProcAttr = childAttr(nil)
+	if err := cmd.Start(); err != nil {
+		return err
+	}
+	exited := make(chan struct{})
+	go func() {
+		_ = cmd.Wait() // returns once the output is copied
+		out.flush()
+		c.mu.Lock()
+		c.state = cmd.ProcessState
+		c.mu.Unlock()
+		c.logs.add(fmt.Sprintf("=== harness: process %d exited: %v ===", cmd.Process.Pid, cmd.ProcessState))
+		close(exited)
+	}()
+	c.mu.Lock()
+	c.cmd, c.exited, c.state = cmd, exited, nil
+	c.mu.Unlock()
+
+	select {
+	case l := <-listening:
+		if l.Addr == "" {
+			_ = cmd.Process.Kill()
+			<-exited
+			return errors.New(`the "listening" line has no addr`)
+		}
+		c.mu.Lock()
+		c.listeningAt = l.Time
+		c.mu.Unlock()
+		if c.Addr == "" {
+			c.Addr = l.Addr
+			c.BaseURL = "http://" + l.Addr
+		}
+		return nil
+	case <-exited:
+		logs := c.logs.String()
+		if strings.Contains(logs, "address already in use") {
+			return fmt.Errorf("address already in use: exited with %v", c.exitState())
+		}
+		return fmt.Errorf("the coordinator exited with %v before listening", c.exitState())
+	case <-time.After(coordinatorStartTimeout):
+		_ = cmd.Process.Kill()
+		<-exited
+		return fmt.Errorf("no \"listening\" line within %s", coordinatorStartTimeout)
+	}
+}
+
+// logLine is what the harness reads from the coordinator's JSON log lines.
+type logLine struct {
+	Time time.Time `json:"time"`
+	Msg  string    `json:"msg"`
+	Addr string    `json:"addr"`
+}
+
+// coordinatorEnv is the test's environment without the coordinator's own settings, so
+// that a developer's COORDINATOR_LISTEN or the like cannot change what the test runs.
+func coordinatorEnv() []string {
+	var env []string
+	for _, kv := range os.Environ() {
+		if strings.HasPrefix(kv, "COORDINATOR_") {
+			continue
+		}
+		env = append(env, kv)
+	}
+	return env
+}
+
+// lineWriter calls fn for every complete line written to it.
+type lineWriter struct {
+	mu  sync.Mutex
+	buf []byte
+	fn  func([]byte)
+}
+
+func (w *lineWriter) Write(p []byte) (int, error) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.buf = append(w.buf, p...)
+	for {
+		i := bytes.IndexByte(w.buf, '\n')
+		if i < 0 {
+			break
+		}
+		w.fn(w.buf[:i])
+		w.buf = w.buf[i+1:]
+	}
+	return len(p), nil
+}
+
+func (w *lineWriter) flush() {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if len(w.buf) > 0 {
+		w.fn(w.buf)
+		w.buf = nil
+	}
+}

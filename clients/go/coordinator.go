@@ -1,0 +1,389 @@
+package coordinatorclient
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math/rand/v2"
+	"net/http"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// Options configures a Coordinator. The zero value is usable.
+type Options struct {
+	// HTTPClient sends the requests. nil means a client of its own with no overall timeout
+	// (each attempt is bounded by RequestTimeout instead).
+	HTTPClient *http.Client
+	// RequestTimeout bounds one attempt of a request; a long poll gets its wait on top.
+	// 0 means 10s.
+	RequestTimeout time.Duration
+	// MinBackoff and MaxBackoff bound the exponential backoff between attempts (with
+	// jitter). 0 means 50ms and 5s. A Retry-After header is honoured up to MaxBackoff.
+	MinBackoff, MaxBackoff time.Duration
+	// MaxAttempts bounds the attempts of one call; 0 means retry until the context ends.
+	MaxAttempts int
+	// Logger receives a debug line per retried attempt. nil means no logging.
+	Logger *slog.Logger
+}
+
+// Coordinator is a typed connection to a coordinator that retries what can be retried:
+// network errors, 5xx answers (503 honouring Retry-After), 408 and 429, with exponential
+// backoff and jitter, until the call's context ends or MaxAttempts is reached. Every other
+// answer is returned at once as an *APIError, which errors.Is matches against ErrFenced,
+// ErrAlreadyDecided and the other sentinels.
+//
+// Every write of the protocol is idempotent when repeated word for word (votes, acks,
+// commit, abort, OpenCheckpoint with an idempotency key), so retrying after a lost answer
+// is safe. Register is the exception: a retry after a lost answer starts one more epoch,
+// which is harmless since only the newest counts.
+//
+// A Coordinator has no global state and is safe for concurrent use.
+type Coordinator struct {
+	client *ClientWithResponses
+	opts   Options
+}
+
+// NewCoordinator returns a Coordinator for the service at baseURL (e.g.
+// "http://localhost:8080"). It fails only on an unusable URL.
+func NewCoordinator(baseURL string, opts Options) (*Coordinator, error) {
+	if opts.HTTPClient == nil {
+		opts.HTTPClient = &http.Client{Transport: http.DefaultTransport.(*http.Transport).Clone()}
+	}
+	if opts.RequestTimeout <= 0 {
+		opts.RequestTimeout = 10 * time.Second
+	}
+	if opts.MinBackoff <= 0 {
+		opts.MinBackoff = 50 * time.Millisecond
+	}
+	if opts.MaxBackoff <= 0 {
+		opts.MaxBackoff = 5 * time.Second
+	}
+	if opts.MaxBackoff < opts.MinBackoff {
+		opts.MaxBackoff = opts.MinBackoff
+	}
+	if opts.Logger == nil {
+		opts.Logger = slog.New(slog.DiscardHandler)
+	}
+	client, err := NewClientWithResponses(strings.TrimRight(baseURL, "/"), WithHTTPClient(opts.HTTPClient))
+	if err != nil {
+		return nil, fmt.Errorf("coordinator client for %q: %w", baseURL, err)
+	}
+	return &Coordinator{client: client, opts: opts}, nil
+}
+
+// Client returns the generated client underneath, for calls this type does not wrap. It
+// does not retry.
+func (c *Coordinator) Client() *ClientWithResponses { return c.client }
+
+// outcome is what one attempt produced: the HTTP response (nil on a transport error) and
+// the problem document when the body was one.
+type outcome struct {
+	resp    *http.Response
+	problem *Problem
+	decoded bool // a success body was decoded
+}
+
+// do sends a request until it succeeds (2xx), fails for good, or ctx ends.
+// wait is the long-poll time the attempt may take on top of RequestTimeout.
+func (c *Coordinator) do(ctx context.Context, op string, wait time.Duration, send func(context.Context) (outcome, error)) error {
+	var last error
+	for attempt := 1; ; attempt++ {
+		actx, cancel := context.WithTimeout(ctx, c.opts.RequestTimeout+wait)
+		out, err := send(actx)
+		cancel()
+		var retryAfter time.Duration
+		switch {
+		case err != nil:
+			if ctx.Err() != nil {
+				return fmt.Errorf("%s: %w (last error: %v)", op, context.Cause(ctx), err)
+			}
+			if !transientTransport(err) {
+				return fmt.Errorf("%s: %w", op, err)
+			}
+			last = fmt.Errorf("%s: %w", op, err)
+		case out.resp.StatusCode >= 200 && out.resp.StatusCode < 300:
+			if !out.decoded {
+				return fmt.Errorf("%s: HTTP %d without the expected JSON body", op, out.resp.StatusCode)
+			}
+			return nil
+		default:
+			apiErr := &APIError{Op: op, StatusCode: out.resp.StatusCode, Problem: out.problem,
+				RetryAfter: parseRetryAfter(out.resp.Header.Get("Retry-After"))}
+			if !apiErr.transient() {
+				return apiErr
+			}
+			last, retryAfter = apiErr, apiErr.RetryAfter
+		}
+		if c.opts.MaxAttempts > 0 && attempt >= c.opts.MaxAttempts {
+			return last
+		}
+		delay := max(c.backoff(attempt), min(retryAfter, c.opts.MaxBackoff))
+		c.opts.Logger.Debug("coordinator call failed, retrying", "op", op, "attempt", attempt, "delay", delay, "error", last)
+		if err := sleep(ctx, delay); err != nil {
+			return fmt.Errorf("%s: %w (last error: %v)", op, context.Cause(ctx), last)
+		}
+	}
+}
+
+// backoff is the delay before attempt+1: exponential from MinBackoff, capped at
+// MaxBackoff, with "equal jitter" (half fixed, half random) so that participants that
+// failed together do not retry together.
+func (c *Coordinator) backoff(attempt int) time.Duration {
+	return jitteredBackoff(c.opts.MinBackoff, c.opts.MaxBackoff, attempt)
+}
+
+func jitteredBackoff(lo, hi time.Duration, attempt int) time.Duration {
+	d := lo
+	for i := 1; i < attempt && d < hi; i++ {
+		d *= 2
+	}
+	d = min(d, hi)
+	half := d / 2
+	return half + rand.N(half+1)
+}
+
+// transientTransport reports whether a transport-level error may go away: everything
+// but an answer that could not be decoded (a bug on one side, not a glitch).
+func transientTransport(err error) bool {
+	var syn *json.SyntaxError
+	var typ *json.UnmarshalTypeError
+	return !errors.As(err, &syn) && !errors.As(err, &typ)
+}
+
+func parseRetryAfter(v string) time.Duration {
+	if v == "" {
+		return 0
+	}
+	if s, err := strconv.Atoi(strings.TrimSpace(v)); err == nil && s >= 0 {
+		return time.Duration(s) * time.Second
+	}
+	if t, err := http.ParseTime(v); err == nil {
+		return max(time.Until(t), 0)
+	}
+	return 0
+}
+
+// sleep waits d or until ctx ends, returning ctx's error then.
+func sleep(ctx context.Context, d time.Duration) error {
+	if d <= 0 {
+		return ctx.Err()
+	}
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-t.C:
+		return nil
+	}
+}
+
+// PutJob creates or replaces a job's configuration.
+func (c *Coordinator) PutJob(ctx context.Context, job string, cfg JobConfig) (*Job, error) {
+	var out *Job
+	err := c.do(ctx, "put job "+job, 0, func(ctx context.Context) (outcome, error) {
+		r, err := c.client.PutJobWithResponse(ctx, job, cfg)
+		if err != nil {
+			return outcome{}, err
+		}
+		// 201 created or 200 replaced: both succeed.
+		out = r.JSON201
+		if out == nil {
+			out = r.JSON200
+		}
+		return outcome{r.HTTPResponse, r.ApplicationproblemJSONDefault, out != nil}, nil
+	})
+	return out, err
+}
+
+// Job returns a job's configuration, epochs, last checkpoint and restore point.
+func (c *Coordinator) Job(ctx context.Context, job string) (*Job, error) {
+	var out *Job
+	err := c.do(ctx, "get job "+job, 0, func(ctx context.Context) (outcome, error) {
+		r, err := c.client.GetJobWithResponse(ctx, job)
+		if err != nil {
+			return outcome{}, err
+		}
+		out = r.JSON200
+		return outcome{r.HTTPResponse, r.ApplicationproblemJSONDefault, out != nil}, nil
+	})
+	return out, err
+}
+
+// Register starts a new epoch for participant and returns it with what the participant
+// owes. Every checkpoint still preparing that it had not voted on is aborted by it.
+func (c *Coordinator) Register(ctx context.Context, job, participant string) (*Registration, error) {
+	var out *Registration
+	err := c.do(ctx, "register "+job+"/"+participant, 0, func(ctx context.Context) (outcome, error) {
+		r, err := c.client.RegisterParticipantWithResponse(ctx, job, participant)
+		if err != nil {
+			return outcome{}, err
+		}
+		out = r.JSON200
+		return outcome{r.HTTPResponse, r.ApplicationproblemJSONDefault, out != nil}, nil
+	})
+	return out, err
+}
+
+// Pending returns what participant owes, oldest first, and its current epoch.
+func (c *Coordinator) Pending(ctx context.Context, job, participant string) (*Pending, error) {
+	var out *Pending
+	err := c.do(ctx, "pending "+job+"/"+participant, 0, func(ctx context.Context) (outcome, error) {
+		r, err := c.client.GetPendingWithResponse(ctx, job, participant)
+		if err != nil {
+			return outcome{}, err
+		}
+		out = r.JSON200
+		return outcome{r.HTTPResponse, r.ApplicationproblemJSONDefault, out != nil}, nil
+	})
+	return out, err
+}
+
+// OpenCheckpoint opens the job's next checkpoint (phase one). A non-empty idempotencyKey
+// makes retries safe: a repeat returns the checkpoint the key opened. timeout 0 means the
+// job's checkpoint_timeout_ms. It returns ErrTooManyCheckpoints while
+// max_concurrent_checkpoints are preparing.
+func (c *Coordinator) OpenCheckpoint(ctx context.Context, job, idempotencyKey string, timeout time.Duration) (*Checkpoint, error) {
+	var params PrepareCheckpointParams
+	if idempotencyKey != "" {
+		params.IdempotencyKey = &idempotencyKey
+	}
+	var body PrepareRequest
+	if timeout > 0 {
+		ms := timeout.Milliseconds()
+		body.TimeoutMs = &ms
+	}
+	var out *Checkpoint
+	err := c.do(ctx, "open checkpoint of "+job, 0, func(ctx context.Context) (outcome, error) {
+		r, err := c.client.PrepareCheckpointWithResponse(ctx, job, &params, body)
+		if err != nil {
+			return outcome{}, err
+		}
+		out = r.JSON201
+		return outcome{r.HTTPResponse, r.ApplicationproblemJSONDefault, out != nil}, nil
+	})
+	return out, err
+}
+
+// Checkpoint returns one checkpoint. With wait > 0 it long-polls: while the checkpoint is
+// preparing, the coordinator answers when it is decided or after wait (at most 60s).
+func (c *Coordinator) Checkpoint(ctx context.Context, job string, id int64, wait time.Duration) (*Checkpoint, error) {
+	var params GetCheckpointParams
+	wait = min(wait, time.Minute)
+	if wait > 0 {
+		ms := wait.Milliseconds()
+		params.WaitMs = &ms
+	}
+	var out *Checkpoint
+	err := c.do(ctx, fmt.Sprintf("get checkpoint %s/%d", job, id), wait, func(ctx context.Context) (outcome, error) {
+		r, err := c.client.GetCheckpointWithResponse(ctx, job, id, &params)
+		if err != nil {
+			return outcome{}, err
+		}
+		out = r.JSON200
+		return outcome{r.HTTPResponse, r.ApplicationproblemJSONDefault, out != nil}, nil
+	})
+	return out, err
+}
+
+// Checkpoints returns the job's checkpoints with one of the given statuses (all when
+// none), newest first, following every page.
+func (c *Coordinator) Checkpoints(ctx context.Context, job string, statuses ...CheckpointStatus) ([]Checkpoint, error) {
+	var all []Checkpoint
+	var params ListCheckpointsParams
+	if len(statuses) > 0 {
+		params.Status = &statuses
+	}
+	limit := 1000
+	params.Limit = &limit
+	for {
+		var page *CheckpointList
+		err := c.do(ctx, "list checkpoints of "+job, 0, func(ctx context.Context) (outcome, error) {
+			r, err := c.client.ListCheckpointsWithResponse(ctx, job, &params)
+			if err != nil {
+				return outcome{}, err
+			}
+			page = r.JSON200
+			return outcome{r.HTTPResponse, r.ApplicationproblemJSONDefault, page != nil}, nil
+		})
+		if err != nil {
+			return nil, err
+		}
+		all = append(all, page.Items...)
+		if page.NextCursor == nil {
+			return all, nil
+		}
+		params.Cursor = page.NextCursor
+	}
+}
+
+// Vote records participant's vote and returns the checkpoint after it (so the last voter
+// sees the decision). It returns ErrFenced when epoch is no longer current,
+// ErrAlreadyDecided (with the checkpoint in the *APIError) when the checkpoint was decided
+// first, ErrVoteConflict when another vote was recorded for this participant.
+func (c *Coordinator) Vote(ctx context.Context, job string, id int64, participant string, v VoteRequest) (*Checkpoint, error) {
+	var out *Checkpoint
+	err := c.do(ctx, fmt.Sprintf("vote %s %s/%d/%s", v.Vote, job, id, participant), 0, func(ctx context.Context) (outcome, error) {
+		r, err := c.client.PutVoteWithResponse(ctx, job, id, participant, v)
+		if err != nil {
+			return outcome{}, err
+		}
+		out = r.JSON200
+		return outcome{r.HTTPResponse, r.ApplicationproblemJSONDefault, out != nil}, nil
+	})
+	return out, err
+}
+
+// Ack tells the coordinator that participant applied the checkpoint's decision. It
+// returns ErrFenced when epoch is no longer current and ErrNotDecided while the
+// checkpoint is preparing.
+func (c *Coordinator) Ack(ctx context.Context, job string, id int64, participant string, epoch int64) (*Checkpoint, error) {
+	var out *Checkpoint
+	err := c.do(ctx, fmt.Sprintf("ack %s/%d/%s", job, id, participant), 0, func(ctx context.Context) (outcome, error) {
+		r, err := c.client.PutAckWithResponse(ctx, job, id, participant, AckRequest{Epoch: epoch})
+		if err != nil {
+			return outcome{}, err
+		}
+		out = r.JSON200
+		return outcome{r.HTTPResponse, r.ApplicationproblemJSONDefault, out != nil}, nil
+	})
+	return out, err
+}
+
+// Commit decides commit (for jobs without auto_commit). It returns ErrAlreadyDecided on an
+// aborted checkpoint; other refusals (votes_missing, lower_checkpoint_open) as *APIError.
+func (c *Coordinator) Commit(ctx context.Context, job string, id int64) (*Checkpoint, error) {
+	var out *Checkpoint
+	err := c.do(ctx, fmt.Sprintf("commit %s/%d", job, id), 0, func(ctx context.Context) (outcome, error) {
+		r, err := c.client.CommitCheckpointWithResponse(ctx, job, id)
+		if err != nil {
+			return outcome{}, err
+		}
+		out = r.JSON200
+		return outcome{r.HTTPResponse, r.ApplicationproblemJSONDefault, out != nil}, nil
+	})
+	return out, err
+}
+
+// Abort decides abort (cascading to higher preparing checkpoints). It returns
+// ErrAlreadyDecided, with the checkpoint in the *APIError, when commit was decided first.
+func (c *Coordinator) Abort(ctx context.Context, job string, id int64, reason string) (*Checkpoint, error) {
+	var body AbortRequest
+	if reason != "" {
+		body.Reason = &reason
+	}
+	var out *Checkpoint
+	err := c.do(ctx, fmt.Sprintf("abort %s/%d", job, id), 0, func(ctx context.Context) (outcome, error) {
+		r, err := c.client.AbortCheckpointWithResponse(ctx, job, id, body)
+		if err != nil {
+			return outcome{}, err
+		}
+		out = r.JSON200
+		return outcome{r.HTTPResponse, r.ApplicationproblemJSONDefault, out != nil}, nil
+	})
+	return out, err
+}

@@ -1,0 +1,452 @@
+package coordinatorclient
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"slices"
+	"strings"
+	"sync/atomic"
+	"time"
+)
+
+// Participant is the user's half of two-phase commit for one participant of a job: the
+// roles of Flink's TwoPhaseCommitSinkFunction / Sink V2 committer. C is the type of its
+// committables (transaction ids, temp file names, read positions), sent to the coordinator
+// as JSON and handed back, decoded, after any crash.
+//
+// The Runner calls one method at a time, never concurrently.
+type Participant[C any] interface {
+	// Prepare is phase one for the checkpoint: make every pending write durable (PREPARE
+	// TRANSACTION, fsync a temp file, ...) and return the committables that let Commit or
+	// Abort finish the work later, possibly in another process. A nil or empty slice is a
+	// valid prepared vote. An error votes abort, with the error's text as the reason; the
+	// participant then owns the rollback of whatever it had half prepared. ctx is
+	// cancelled, with cause ErrDecidedMeanwhile, if the checkpoint is decided (aborted by a
+	// deadline or by another participant) while Prepare runs.
+	Prepare(ctx context.Context, checkpoint int64) ([]C, error)
+	// Commit is phase two: make the prepared writes visible. It must be idempotent: it is
+	// called again with the same committables after a crash, including one that happened
+	// after it succeeded but before the coordinator heard of it. Errors are retried with
+	// backoff until it succeeds, unless wrapped with Permanent.
+	Commit(ctx context.Context, checkpoint int64, committables []C) error
+	// Abort rolls the prepared writes back. Idempotent like Commit, and retried the same
+	// way; committables may name work that is already gone.
+	Abort(ctx context.Context, checkpoint int64, committables []C) error
+}
+
+// Recoverer is implemented by a Participant that must reconcile state of its own with
+// the coordinator when it starts, such as prepared transactions or temp files left by a
+// process that died between preparing and voting (which no pending item names, since its
+// vote was never recorded). Recover is called once per Run, after registration and before
+// any item is processed; pending is what the participant owes (an error stops Run).
+type Recoverer[C any] interface {
+	Recover(ctx context.Context, epoch int64, pending []Item[C]) error
+}
+
+// Item is one thing a participant owes, with its committables decoded.
+type Item[C any] struct {
+	Checkpoint   int64
+	Status       CheckpointStatus
+	Action       PendingAction
+	Committables []C
+}
+
+// ErrDecidedMeanwhile is the cause of Prepare's context cancellation when the checkpoint
+// is decided while Prepare runs.
+var ErrDecidedMeanwhile = errors.New("checkpoint decided while preparing")
+
+// RunnerOptions configures a Runner. The zero value is usable.
+type RunnerOptions struct {
+	// PollInterval is how often the runner asks what it owes while it waits for no
+	// decision in particular (that is how it learns of new checkpoints). 0 means 100ms.
+	PollInterval time.Duration
+	// LongPoll is how long one long-poll for a decision may wait. 0 means 10s.
+	LongPoll time.Duration
+	// MinBackoff and MaxBackoff bound the backoff between retries of a failing Commit or
+	// Abort. 0 means 100ms and 5s.
+	MinBackoff, MaxBackoff time.Duration
+	// Logger receives what the runner does. nil means no logging.
+	Logger *slog.Logger
+}
+
+// Runner drives one Participant through the protocol: it registers (a new epoch, which
+// fences every older instance), recovers everything the coordinator says is owed,
+// prepares and votes on each new checkpoint, waits for decisions by long-poll, commits in
+// checkpoint order and acknowledges, and rolls back aborted checkpoints it had prepared.
+//
+// A Runner is one instance of the participant: Run it once. For another epoch, make
+// another Runner.
+type Runner[C any] struct {
+	coord       *Coordinator
+	job, name   string
+	participant Participant[C]
+	opts        RunnerOptions
+	log         *slog.Logger
+	epoch       atomic.Int64
+	started     atomic.Bool
+
+	// inDoubt holds the checkpoints this instance voted prepared on and has not seen
+	// decided; owned by Run's goroutine.
+	inDoubt map[int64]bool
+}
+
+// NewRunner returns a Runner of participant name of job.
+func NewRunner[C any](coord *Coordinator, job, name string, participant Participant[C], opts RunnerOptions) *Runner[C] {
+	if opts.PollInterval <= 0 {
+		opts.PollInterval = 100 * time.Millisecond
+	}
+	if opts.LongPoll <= 0 {
+		opts.LongPoll = 10 * time.Second
+	}
+	if opts.MinBackoff <= 0 {
+		opts.MinBackoff = 100 * time.Millisecond
+	}
+	if opts.MaxBackoff <= 0 {
+		opts.MaxBackoff = 5 * time.Second
+	}
+	if opts.Logger == nil {
+		opts.Logger = slog.New(slog.DiscardHandler)
+	}
+	return &Runner[C]{
+		coord: coord, job: job, name: name, participant: participant, opts: opts,
+		log:     opts.Logger.With("job", job, "participant", name),
+		inDoubt: map[int64]bool{},
+	}
+}
+
+// Epoch is the epoch this instance registered with, 0 before registration.
+func (r *Runner[C]) Epoch() int64 { return r.epoch.Load() }
+
+// Run registers and serves the protocol until ctx ends (it returns ctx's cause) or
+// something fatal happens: ErrFenced (a newer instance registered: this one must stop
+// writing), ErrVoteConflict, a Permanent error of Commit or Abort, a Recover error, or a
+// refusal of the coordinator that retrying cannot change (ErrNotFound, ...). Transient
+// failures of the coordinator are retried inside, for as long as ctx lasts.
+func (r *Runner[C]) Run(ctx context.Context) error {
+	if !r.started.CompareAndSwap(false, true) {
+		return errors.New("coordinatorclient: Runner.Run called twice; make a new Runner per instance")
+	}
+	reg, err := r.coord.Register(ctx, r.job, r.name)
+	if err != nil {
+		return err
+	}
+	r.epoch.Store(reg.Epoch)
+	r.log = r.log.With("epoch", reg.Epoch)
+	r.log.Info("registered", "owed", len(reg.Pending))
+	items, err := r.decode(reg.Pending)
+	if err != nil {
+		return err
+	}
+	if rec, ok := r.participant.(Recoverer[C]); ok {
+		if err := rec.Recover(ctx, reg.Epoch, items); err != nil {
+			return fmt.Errorf("recover %s/%s: %w", r.job, r.name, err)
+		}
+	}
+	for first := true; ; first = false {
+		if err := r.serve(ctx, items, first); err != nil {
+			return err
+		}
+		if err := r.wait(ctx); err != nil {
+			return err
+		}
+		pending, err := r.coord.Pending(ctx, r.job, r.name)
+		if err != nil {
+			return err
+		}
+		if pending.Epoch != reg.Epoch {
+			return fmt.Errorf("%s/%s epoch %d, current %d: %w", r.job, r.name, reg.Epoch, pending.Epoch, ErrFenced)
+		}
+		if items, err = r.decode(pending.Items); err != nil {
+			return err
+		}
+	}
+}
+
+// serve works through owed items, oldest first. Vote items in the registration's list
+// (first) belong to transactions that died with the previous instance: they are voted
+// abort. The coordinator aborts those at registration already, so normally there are none.
+func (r *Runner[C]) serve(ctx context.Context, items []Item[C], first bool) error {
+	slices.SortStableFunc(items, func(a, b Item[C]) int { return cmpInt64(a.Checkpoint, b.Checkpoint) })
+	for _, it := range items {
+		switch it.Action {
+		case PendingActionCommit:
+			if low, ok := r.lowestInDoubt(); ok && low < it.Checkpoint {
+				// A lower checkpoint is undecided: commits keep checkpoint order.
+				return nil
+			}
+			if err := r.finish(ctx, it.Checkpoint, true, it.Committables); err != nil {
+				return err
+			}
+		case PendingActionAbort:
+			if err := r.finish(ctx, it.Checkpoint, false, it.Committables); err != nil {
+				return err
+			}
+		case PendingActionVote:
+			if first {
+				if err := r.voteAbort(ctx, it.Checkpoint, "participant restarted: its transaction died with the previous instance"); err != nil {
+					return err
+				}
+				continue
+			}
+			if err := r.prepareAndVote(ctx, it.Checkpoint); err != nil {
+				return err
+			}
+		default:
+			r.log.Warn("unknown pending action, ignored", "checkpoint", it.Checkpoint, "action", it.Action)
+		}
+	}
+	return nil
+}
+
+// wait blocks until there may be something new to do: a decision on the lowest
+// checkpoint in doubt (long-poll), else one poll interval.
+func (r *Runner[C]) wait(ctx context.Context) error {
+	low, ok := r.lowestInDoubt()
+	if !ok {
+		return sleep(ctx, r.opts.PollInterval)
+	}
+	_, err := r.coord.Checkpoint(ctx, r.job, low, r.opts.LongPoll)
+	if errors.Is(err, ErrNotFound) {
+		delete(r.inDoubt, low) // the job was deleted and created again: nothing owed
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	// Decided, or still undecided after the long poll: either way look at what is owed
+	// before waiting again (with max_concurrent_checkpoints > 1, new checkpoints may be
+	// waiting for a vote).
+	return nil
+}
+
+// votedPrepared reports whether cp records this instance's prepared vote.
+func (r *Runner[C]) votedPrepared(cp *Checkpoint) bool {
+	if cp == nil {
+		return false
+	}
+	for _, p := range cp.Participants {
+		if p.Name == r.name {
+			return p.Vote != nil && *p.Vote == VoteKindPrepared && p.Epoch != nil && *p.Epoch == r.Epoch()
+		}
+	}
+	return false
+}
+
+func (r *Runner[C]) lowestInDoubt() (int64, bool) {
+	if len(r.inDoubt) == 0 {
+		return 0, false
+	}
+	low := int64(-1)
+	for id := range r.inDoubt {
+		if low < 0 || id < low {
+			low = id
+		}
+	}
+	return low, true
+}
+
+// prepareAndVote runs phase one for checkpoint id and votes. If the vote makes the
+// checkpoint committing, phase two follows at once.
+func (r *Runner[C]) prepareAndVote(ctx context.Context, id int64) error {
+	pctx, stop := r.watchDecision(ctx, id)
+	committables, perr := r.participant.Prepare(pctx, id)
+	decidedMeanwhile := errors.Is(context.Cause(pctx), ErrDecidedMeanwhile)
+	stop()
+	if err := ctx.Err(); err != nil {
+		if perr == nil {
+			r.abortQuietly(id, committables) // never voted: nobody will ask for them
+		}
+		return context.Cause(ctx)
+	}
+	if perr != nil {
+		if decidedMeanwhile {
+			r.log.Info("prepare stopped: checkpoint decided meanwhile", "checkpoint", id, "error", perr)
+			return nil
+		}
+		r.log.Info("prepare failed, voting abort", "checkpoint", id, "error", perr)
+		return r.voteAbort(ctx, id, perr.Error())
+	}
+	if committables == nil {
+		committables = []C{}
+	}
+	raw, err := json.Marshal(committables)
+	if err != nil {
+		r.abortQuietly(id, committables)
+		return Permanent(fmt.Errorf("encode committables of %s/%d: %w", r.job, id, err))
+	}
+	msg := Committables(raw)
+	cp, err := r.coord.Vote(ctx, r.job, id, r.name, VoteRequest{Epoch: r.Epoch(), Vote: VoteKindPrepared, Committables: &msg})
+	if errors.Is(err, ErrAlreadyDecided) {
+		var apiErr *APIError
+		if errors.As(err, &apiErr) && r.votedPrepared(apiErr.Checkpoint()) {
+			// An earlier attempt was recorded before the decision; the decision will be
+			// owed to us like any other.
+			r.inDoubt[id] = true
+			return nil
+		}
+		// Our vote was not recorded (a deadline passed, someone voted abort): the
+		// checkpoint can never commit with these committables, and no pending item will
+		// name them. Roll back here.
+		r.log.Info("vote refused, checkpoint already decided: rolling back", "checkpoint", id)
+		return r.retryParticipant(ctx, id, "abort", func() error { return r.participant.Abort(ctx, id, committables) })
+	}
+	if err != nil {
+		// Fenced, a vote conflict, a lost connection: an earlier attempt of this vote may
+		// have been recorded, so the committables are left alone. If the checkpoint
+		// commits with them they are owed to the next instance; if not, its Recoverer
+		// finds them.
+		return err
+	}
+	r.log.Debug("voted prepared", "checkpoint", id, "status", cp.Status)
+	if cp.Status == Committing || cp.Status == Committed {
+		if _, lower := r.lowestInDoubt(); !lower {
+			// The last voter learns the decision from its own vote: commit now.
+			return r.finish(ctx, id, true, committables)
+		}
+	}
+	r.inDoubt[id] = true
+	return nil
+}
+
+// watchDecision returns a context for Prepare that is cancelled, with cause
+// ErrDecidedMeanwhile, as soon as checkpoint id is decided. stop ends the watch.
+func (r *Runner[C]) watchDecision(ctx context.Context, id int64) (context.Context, func()) {
+	pctx, cancel := context.WithCancelCause(ctx)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for pctx.Err() == nil {
+			cp, err := r.coord.Checkpoint(pctx, r.job, id, r.opts.LongPoll)
+			if err != nil {
+				if pctx.Err() == nil {
+					// Not knowing is no reason to stop Prepare; try again a little later.
+					_ = sleep(pctx, r.opts.PollInterval)
+				}
+				continue
+			}
+			if cp.Status != Preparing {
+				cancel(ErrDecidedMeanwhile)
+				return
+			}
+		}
+	}()
+	return pctx, func() {
+		cancel(context.Canceled)
+		<-done
+	}
+}
+
+func (r *Runner[C]) voteAbort(ctx context.Context, id int64, reason string) error {
+	if len(reason) > 1024 {
+		reason = reason[:1024]
+	}
+	reason = toValidUTF8(reason)
+	_, err := r.coord.Vote(ctx, r.job, id, r.name, VoteRequest{Epoch: r.Epoch(), Vote: VoteKindAbort, Reason: &reason})
+	if err == nil || errors.Is(err, ErrAlreadyDecided) {
+		return nil
+	}
+	return err
+}
+
+// finish applies a decision (commit or abort) to committables, then acks it.
+func (r *Runner[C]) finish(ctx context.Context, id int64, commit bool, committables []C) error {
+	what, apply := "abort", r.participant.Abort
+	if commit {
+		what, apply = "commit", r.participant.Commit
+	}
+	if err := r.retryParticipant(ctx, id, what, func() error { return apply(ctx, id, committables) }); err != nil {
+		return err
+	}
+	_, err := r.coord.Ack(ctx, r.job, id, r.name, r.Epoch())
+	if errors.Is(err, ErrNotFound) {
+		r.log.Warn("ack: checkpoint gone", "checkpoint", id)
+		err = nil
+	}
+	if err != nil {
+		return err
+	}
+	delete(r.inDoubt, id)
+	r.log.Debug("applied and acked", "checkpoint", id, "decision", what)
+	return nil
+}
+
+// retryParticipant calls fn until it succeeds, returns a Permanent error, or ctx ends.
+func (r *Runner[C]) retryParticipant(ctx context.Context, id int64, what string, fn func() error) error {
+	for attempt := 1; ; attempt++ {
+		err := fn()
+		if err == nil {
+			return nil
+		}
+		if ctx.Err() != nil {
+			return context.Cause(ctx)
+		}
+		if isPermanent(err) {
+			return fmt.Errorf("%s %s/%d: %w", what, r.job, id, err)
+		}
+		delay := jitteredBackoff(r.opts.MinBackoff, r.opts.MaxBackoff, attempt)
+		r.log.Warn("participant call failed, retrying", "checkpoint", id, "call", what, "attempt", attempt, "delay", delay, "error", err)
+		if err := sleep(ctx, delay); err != nil {
+			return context.Cause(ctx)
+		}
+	}
+}
+
+// abortQuietly rolls back committables that no vote recorded, on a best-effort basis: the
+// runner is stopping anyway. A Recoverer is the place to clean up what this misses.
+func (r *Runner[C]) abortQuietly(id int64, committables []C) {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if err := r.participant.Abort(ctx, id, committables); err != nil {
+		r.log.Warn("rollback of unrecorded committables failed", "checkpoint", id, "error", err)
+	}
+}
+
+func (r *Runner[C]) decode(items []PendingItem) ([]Item[C], error) {
+	out := make([]Item[C], 0, len(items))
+	for _, it := range items {
+		cs, err := DecodeCommittables[C](it.Committables)
+		if err != nil {
+			return nil, fmt.Errorf("%s/%s checkpoint %d: %w", r.job, r.name, it.Checkpoint, err)
+		}
+		out = append(out, Item[C]{Checkpoint: it.Checkpoint, Status: it.Status, Action: it.Action, Committables: cs})
+	}
+	return out, nil
+}
+
+// DecodeCommittables decodes committables as the coordinator returns them (a JSON array,
+// or null/absent for none) into []C.
+func DecodeCommittables[C any](raw Committables) ([]C, error) {
+	if len(raw) == 0 || string(raw) == "null" {
+		return nil, nil
+	}
+	var cs []C
+	if err := json.Unmarshal(raw, &cs); err != nil {
+		return nil, fmt.Errorf("decode committables %s: %w", truncate(string(raw), 200), err)
+	}
+	return cs, nil
+}
+
+func truncate(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	return s[:n] + "..."
+}
+
+func cmpInt64(a, b int64) int {
+	switch {
+	case a < b:
+		return -1
+	case a > b:
+		return 1
+	}
+	return 0
+}
+
+// toValidUTF8 makes s acceptable as a reason: valid UTF-8 without NUL.
+func toValidUTF8(s string) string {
+	return strings.ReplaceAll(strings.ToValidUTF8(s, "?"), "\x00", "?")
+}

@@ -12,47 +12,120 @@ import (
 )
 
 // jobTx is one job inside one database transaction; for writes it holds the job row's lock.
+//
+// Statements are pipelined: writes are queued and sent with the next read, or with COMMIT,
+// so a vote costs one network round trip for its reads and shares the commit's round trip
+// for its writes. Several jobTx of one group commit run in turn on the same connection and
+// transaction, handing the queue of writes on.
 type jobTx struct {
-	tx      pgx.Tx
-	write   bool
-	job     *coordinator.Job
-	now     time.Time
-	decided []string
+	// ctx is the transaction's own: a request's context (passed to the methods and ignored)
+	// must not cut a group commit that other requests share.
+	ctx       context.Context
+	conn      *pgx.Conn
+	write     bool
+	job       *coordinator.Job
+	now       time.Time
+	preparing []*coordinator.Checkpoint // loaded with the lock; nil once used
+	queue     *writeQueue
+	decided   []string
 }
 
 var _ coordinator.JobTx = (*jobTx)(nil)
 
 var errReadOnly = errors.New("postgres: write in a read-only transaction")
 
-func (t *jobTx) load(ctx context.Context, name string) error {
-	if t.write {
-		// The lock is taken in a statement of its own: a statement that waits for a row lock
-		// re-reads only the locked row afterwards, so epochs read in the same statement could
-		// predate the transaction that held the lock.
-		var one int
-		err := t.tx.QueryRow(ctx, "SELECT 1 FROM jobs WHERE name = $1 AND NOT deleted FOR UPDATE", name).Scan(&one)
-		if errors.Is(err, pgx.ErrNoRows) {
-			return coordinator.ErrNotFound
-		}
-		if err != nil {
-			return err
+// writeQueue holds statements not yet sent, shared by the jobTx of one transaction.
+type writeQueue struct {
+	batch pgx.Batch
+	what  []string
+}
+
+func (q *writeQueue) add(what, sql string, args ...any) {
+	q.batch.Queue(sql, args...)
+	q.what = append(q.what, what)
+}
+
+// send sends the queued writes followed by extra statements, in one round trip, checks
+// every write's result and returns the batch's results positioned at the first extra.
+func (q *writeQueue) send(ctx context.Context, conn *pgx.Conn, extra func(b *pgx.Batch)) (pgx.BatchResults, error) {
+	b := q.batch
+	what := q.what
+	q.batch, q.what = pgx.Batch{}, nil
+	if extra != nil {
+		extra(&b)
+	}
+	results := conn.SendBatch(ctx, &b)
+	for _, w := range what {
+		if _, err := results.Exec(); err != nil {
+			results.Close()
+			return nil, fmt.Errorf("%s: %w", w, err)
 		}
 	}
-	job, err := scanJob(t.tx.QueryRow(ctx, "SELECT "+jobColumns+" FROM jobs j WHERE j.name = $1 AND NOT j.deleted", name), false)
+	return results, nil
+}
+
+// flush sends the queued writes, if any.
+func (q *writeQueue) flush(ctx context.Context, conn *pgx.Conn) error {
+	if len(q.what) == 0 {
+		return nil
+	}
+	results, err := q.send(ctx, conn, nil)
 	if err != nil {
 		return err
 	}
-	t.job = job
-	// The clock is read after the lock is granted, so a decision is timed when it is taken.
-	if err := t.tx.QueryRow(ctx, "SELECT clock_timestamp()").Scan(&t.now); err != nil {
+	return results.Close()
+}
+
+const lockJobSQL = "SELECT 1 FROM jobs WHERE name = $1 AND NOT deleted FOR UPDATE"
+
+// begin locks the job (for writes), then reads it, the clock and its preparing checkpoints,
+// in one round trip. The lock is taken in a statement of its own: a statement that waits for
+// a row lock re-reads only the locked row afterwards, so epochs read in the same statement
+// could predate the transaction that held the lock. The clock is read after the lock is
+// granted, so a decision is timed when it is taken.
+func (t *jobTx) begin(name string) error {
+	results, err := t.queue.send(t.ctx, t.conn, func(b *pgx.Batch) {
+		if t.write {
+			b.Queue(lockJobSQL, name)
+		}
+		b.Queue("SELECT "+jobColumns+", clock_timestamp() FROM jobs j WHERE j.name = $1 AND NOT j.deleted", name)
+		if t.write {
+			b.Queue(preparingSQL, name)
+		}
+	})
+	if err != nil {
 		return err
 	}
-	t.now = t.now.UTC()
-	return nil
+	defer results.Close()
+	if t.write {
+		var one int
+		if err := results.QueryRow().Scan(&one); err != nil {
+			if errors.Is(err, pgx.ErrNoRows) {
+				return coordinator.ErrNotFound
+			}
+			return err
+		}
+	}
+	job, err := scanJob(results.QueryRow(), false, &t.now)
+	if err != nil {
+		return err
+	}
+	t.job, t.now = job, t.now.UTC()
+	if t.write {
+		rows, err := results.Query()
+		if err != nil {
+			return err
+		}
+		if t.preparing, err = scanCheckpoints(rows); err != nil {
+			return err
+		}
+	}
+	return results.Close()
 }
 
 func (t *jobTx) Now() time.Time        { return t.now }
 func (t *jobTx) Job() *coordinator.Job { return t.job }
+
 func (t *jobTx) writable() error {
 	if !t.write {
 		return errReadOnly
@@ -60,63 +133,57 @@ func (t *jobTx) writable() error {
 	return nil
 }
 
+// checkpointColumns and participantColumns are what scanCheckpoints reads, in that order.
 const checkpointColumns = `c.job, c.id, c.seq, c.status, c.auto_commit, c.created_at, c.deadline, c.decided_at, c.completed_at, c.abort_reason`
+const participantColumns = `p.participant, p.epoch, p.vote, p.reason, p.committables, p.voted_at, p.acked_at`
 
-// queryCheckpoints runs a query selecting checkpointColumns and loads each checkpoint's
-// participants, in the order the query returned the checkpoints.
-func queryCheckpoints(ctx context.Context, q querier, sql string, args ...any) ([]*coordinator.Checkpoint, error) {
-	rows, err := q.Query(ctx, sql, args...)
-	if err != nil {
-		return nil, err
-	}
+// checkpointsSQL selects checkpoints (the inner query, which must select checkpointColumns
+// from checkpoints c and keep their order in an "ord" column) with all their participants,
+// one row per participant.
+func checkpointsSQL(inner string) string {
+	return `SELECT ` + checkpointColumns + `, ` + participantColumns + `
+		FROM (` + inner + `) c
+		JOIN checkpoint_participants p ON p.job = c.job AND p.checkpoint_id = c.id
+		ORDER BY c.ord, p.position`
+}
+
+var preparingSQL = checkpointsSQL(`SELECT c.*, c.id AS ord FROM checkpoints c WHERE c.job = $1 AND c.status = 'preparing'`)
+
+var checkpointSQL = checkpointsSQL(`SELECT c.*, 0 AS ord FROM checkpoints c WHERE c.job = $1 AND c.id = $2`)
+
+var owingSQL = checkpointsSQL(`
+	SELECT c.*, c.id AS ord FROM checkpoints c
+	WHERE c.job = $1 AND EXISTS (
+		SELECT 1 FROM checkpoint_participants p
+		WHERE p.job = c.job AND p.checkpoint_id = c.id AND p.acked_at IS NULL
+		  AND ($2 = '' OR p.participant = $2)
+		  AND (c.status IN ('preparing', 'committing') OR (c.status = 'aborted' AND p.vote = 'prepared')))`)
+
+// scanCheckpoints reads the rows of a checkpointsSQL query.
+func scanCheckpoints(rows pgx.Rows) ([]*coordinator.Checkpoint, error) {
+	defer rows.Close()
 	var cps []*coordinator.Checkpoint
+	var cur *coordinator.Checkpoint
 	for rows.Next() {
 		var cp coordinator.Checkpoint
 		var status string
 		var reason *string
-		if err := rows.Scan(&cp.Job, &cp.ID, &cp.Seq, &status, &cp.AutoCommit, &cp.CreatedAt, &cp.Deadline, &cp.DecidedAt, &cp.CompletedAt, &reason); err != nil {
-			rows.Close()
-			return nil, err
-		}
-		cp.Status = coordinator.Status(status)
-		cp.CreatedAt, cp.Deadline = cp.CreatedAt.UTC(), cp.Deadline.UTC()
-		cp.DecidedAt, cp.CompletedAt = utc(cp.DecidedAt), utc(cp.CompletedAt)
-		if reason != nil {
-			cp.AbortReason = *reason
-		}
-		cps = append(cps, &cp)
-	}
-	if err := rows.Err(); err != nil {
-		return nil, err
-	}
-	if len(cps) == 0 {
-		return cps, nil
-	}
-	// One query for every participant of every checkpoint, even across jobs.
-	jobs := make([]string, len(cps))
-	ids := make([]int64, len(cps))
-	index := make(map[string]*coordinator.Checkpoint, len(cps))
-	for i, cp := range cps {
-		jobs[i], ids[i] = cp.Job, cp.ID
-		index[coordinator.BrokerKey(cp.Job, cp.ID)] = cp
-	}
-	rows, err = q.Query(ctx, `
-		SELECT p.job, p.checkpoint_id, p.participant, p.epoch, p.vote, p.reason, p.committables, p.voted_at, p.acked_at
-		FROM checkpoint_participants p
-		JOIN unnest($1::text[], $2::bigint[]) AS k(job, id) ON p.job = k.job AND p.checkpoint_id = k.id
-		ORDER BY p.job, p.checkpoint_id, p.position`, jobs, ids)
-	if err != nil {
-		return nil, err
-	}
-	defer rows.Close()
-	for rows.Next() {
-		var job string
-		var id int64
 		var p coordinator.ParticipantState
 		var epoch *int64
-		var vote, reason, committables *string
-		if err := rows.Scan(&job, &id, &p.Name, &epoch, &vote, &reason, &committables, &p.VotedAt, &p.AckedAt); err != nil {
+		var vote, preason, committables *string
+		if err := rows.Scan(&cp.Job, &cp.ID, &cp.Seq, &status, &cp.AutoCommit, &cp.CreatedAt, &cp.Deadline, &cp.DecidedAt, &cp.CompletedAt, &reason,
+			&p.Name, &epoch, &vote, &preason, &committables, &p.VotedAt, &p.AckedAt); err != nil {
 			return nil, err
+		}
+		if cur == nil || cur.Job != cp.Job || cur.ID != cp.ID {
+			cp.Status = coordinator.Status(status)
+			cp.CreatedAt, cp.Deadline = cp.CreatedAt.UTC(), cp.Deadline.UTC()
+			cp.DecidedAt, cp.CompletedAt = utc(cp.DecidedAt), utc(cp.CompletedAt)
+			if reason != nil {
+				cp.AbortReason = *reason
+			}
+			cur = &cp
+			cps = append(cps, cur)
 		}
 		if epoch != nil {
 			p.Epoch = *epoch
@@ -124,15 +191,14 @@ func queryCheckpoints(ctx context.Context, q querier, sql string, args ...any) (
 		if vote != nil {
 			p.Vote = coordinator.VoteKind(*vote)
 		}
-		if reason != nil {
-			p.Reason = *reason
+		if preason != nil {
+			p.Reason = *preason
 		}
 		if committables != nil {
 			p.Committables = []byte(*committables)
 		}
 		p.VotedAt, p.AckedAt = utc(p.VotedAt), utc(p.AckedAt)
-		cp := index[coordinator.BrokerKey(job, id)]
-		cp.Participants = append(cp.Participants, p)
+		cur.Participants = append(cur.Participants, p)
 	}
 	return cps, rows.Err()
 }
@@ -145,12 +211,36 @@ func utc(t *time.Time) *time.Time {
 	return &u
 }
 
+// query sends the queued writes and one query, and scans its checkpoints.
+func (t *jobTx) queryCheckpoints(sql string, args ...any) ([]*coordinator.Checkpoint, error) {
+	results, err := t.queue.send(t.ctx, t.conn, func(b *pgx.Batch) { b.Queue(sql, args...) })
+	if err != nil {
+		return nil, err
+	}
+	defer results.Close()
+	rows, err := results.Query()
+	if err != nil {
+		return nil, err
+	}
+	cps, err := scanCheckpoints(rows)
+	if err != nil {
+		return nil, err
+	}
+	return cps, results.Close()
+}
+
 func (t *jobTx) Preparing(ctx context.Context) ([]*coordinator.Checkpoint, error) {
-	return queryCheckpoints(ctx, t.tx, "SELECT "+checkpointColumns+" FROM checkpoints c WHERE c.job = $1 AND c.status = 'preparing' ORDER BY c.id", t.job.Name)
+	if t.preparing != nil && len(t.queue.what) == 0 {
+		cps := t.preparing
+		t.preparing = nil
+		return cps, nil
+	}
+	t.preparing = nil
+	return t.queryCheckpoints(preparingSQL, t.job.Name)
 }
 
 func (t *jobTx) Checkpoint(ctx context.Context, id int64) (*coordinator.Checkpoint, error) {
-	cps, err := queryCheckpoints(ctx, t.tx, "SELECT "+checkpointColumns+" FROM checkpoints c WHERE c.job = $1 AND c.id = $2", t.job.Name, id)
+	cps, err := t.queryCheckpoints(checkpointSQL, t.job.Name, id)
 	if err != nil {
 		return nil, err
 	}
@@ -164,63 +254,63 @@ func (t *jobTx) Checkpoint(ctx context.Context, id int64) (*coordinator.Checkpoi
 // participant may owe something: preparing or committing and not acked, or aborted with a
 // prepared vote not acked. coordinator.Owed decides on each.
 func (t *jobTx) Owing(ctx context.Context, participant string) ([]*coordinator.Checkpoint, error) {
-	return queryCheckpoints(ctx, t.tx, `
-		SELECT `+checkpointColumns+` FROM checkpoints c
-		WHERE c.job = $1 AND EXISTS (
-			SELECT 1 FROM checkpoint_participants p
-			WHERE p.job = c.job AND p.checkpoint_id = c.id AND p.acked_at IS NULL
-			  AND ($2 = '' OR p.participant = $2)
-			  AND (c.status IN ('preparing', 'committing') OR (c.status = 'aborted' AND p.vote = 'prepared')))
-		ORDER BY c.id`, t.job.Name, participant)
+	return t.queryCheckpoints(owingSQL, t.job.Name, participant)
 }
 
 func (t *jobTx) Idempotency(ctx context.Context, key string) (coordinator.IdempotencyRecord, bool, error) {
 	rec := coordinator.IdempotencyRecord{Key: key}
-	err := t.tx.QueryRow(ctx, "SELECT fingerprint, checkpoint_id FROM idempotency_keys WHERE job = $1 AND key = $2", t.job.Name, key).
-		Scan(&rec.Fingerprint, &rec.Checkpoint)
-	if errors.Is(err, pgx.ErrNoRows) {
-		return rec, false, nil
+	results, err := t.queue.send(t.ctx, t.conn, func(b *pgx.Batch) {
+		b.Queue("SELECT fingerprint, checkpoint_id FROM idempotency_keys WHERE job = $1 AND key = $2", t.job.Name, key)
+	})
+	if err != nil {
+		return rec, false, err
 	}
-	return rec, err == nil, err
+	defer results.Close()
+	err = results.QueryRow().Scan(&rec.Fingerprint, &rec.Checkpoint)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return rec, false, results.Close()
+	}
+	if err != nil {
+		return rec, false, err
+	}
+	return rec, true, results.Close()
 }
 
 func (t *jobTx) InsertCheckpoint(ctx context.Context, cp *coordinator.Checkpoint, rec *coordinator.IdempotencyRecord) error {
 	if err := t.writable(); err != nil {
 		return err
 	}
-	var reason *string
-	if cp.AbortReason != "" {
-		reason = &cp.AbortReason
-	}
-	err := t.tx.QueryRow(ctx, `
-		INSERT INTO checkpoints (job, id, status, auto_commit, created_at, deadline, decided_at, completed_at, abort_reason)
-		VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9) RETURNING seq`,
-		t.job.Name, cp.ID, string(cp.Status), cp.AutoCommit, cp.CreatedAt, cp.Deadline, cp.DecidedAt, cp.CompletedAt, reason,
-	).Scan(&cp.Seq)
-	if err != nil {
-		return fmt.Errorf("insert checkpoint %d: %w", cp.ID, err)
-	}
 	names := make([]string, len(cp.Participants))
 	for i, p := range cp.Participants {
 		names[i] = p.Name
 	}
-	if _, err := t.tx.Exec(ctx, `
+	results, err := t.queue.send(t.ctx, t.conn, func(b *pgx.Batch) {
+		b.Queue(`
+			INSERT INTO checkpoints (job, id, status, auto_commit, created_at, deadline, decided_at, completed_at, abort_reason)
+			VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9) RETURNING seq`,
+			t.job.Name, cp.ID, string(cp.Status), cp.AutoCommit, cp.CreatedAt, cp.Deadline, cp.DecidedAt, cp.CompletedAt, nullable(cp.AbortReason))
+	})
+	if err != nil {
+		return err
+	}
+	err = results.QueryRow().Scan(&cp.Seq)
+	if closeErr := results.Close(); err == nil {
+		err = closeErr
+	}
+	if err != nil {
+		return fmt.Errorf("insert checkpoint %d: %w", cp.ID, err)
+	}
+	t.queue.add("insert participants", `
 		INSERT INTO checkpoint_participants (job, checkpoint_id, position, participant)
 		SELECT $1, $2, n.ord, n.name FROM unnest($3::text[]) WITH ORDINALITY AS n(name, ord)`,
-		t.job.Name, cp.ID, names); err != nil {
-		return fmt.Errorf("insert participants of checkpoint %d: %w", cp.ID, err)
-	}
+		t.job.Name, cp.ID, names)
 	if cp.ID > t.job.Seq {
-		if _, err := t.tx.Exec(ctx, "UPDATE jobs SET seq = $2 WHERE name = $1", t.job.Name, cp.ID); err != nil {
-			return err
-		}
+		t.queue.add("advance job seq", "UPDATE jobs SET seq = $2 WHERE name = $1", t.job.Name, cp.ID)
 		t.job.Seq = cp.ID
 	}
 	if rec != nil {
-		if _, err := t.tx.Exec(ctx, "INSERT INTO idempotency_keys (job, key, fingerprint, checkpoint_id) VALUES ($1, $2, $3, $4)",
-			t.job.Name, rec.Key, rec.Fingerprint, rec.Checkpoint); err != nil {
-			return fmt.Errorf("record idempotency key: %w", err)
-		}
+		t.queue.add("record idempotency key", "INSERT INTO idempotency_keys (job, key, fingerprint, checkpoint_id) VALUES ($1, $2, $3, $4)",
+			t.job.Name, rec.Key, rec.Fingerprint, rec.Checkpoint)
 	}
 	return nil
 }
@@ -241,13 +331,10 @@ func (t *jobTx) SaveVote(ctx context.Context, cp *coordinator.Checkpoint, p *coo
 		s := string(p.Committables)
 		committables = &s
 	}
-	_, err := t.tx.Exec(ctx, `
+	t.queue.add(fmt.Sprintf("save vote of %s on %d", p.Name, cp.ID), `
 		UPDATE checkpoint_participants SET epoch = $4, vote = $5, reason = $6, committables = $7, voted_at = $8
 		WHERE job = $1 AND checkpoint_id = $2 AND participant = $3`,
 		cp.Job, cp.ID, p.Name, p.Epoch, nullable(string(p.Vote)), nullable(p.Reason), committables, p.VotedAt)
-	if err != nil {
-		return fmt.Errorf("save vote of %s on %d: %w", p.Name, cp.ID, err)
-	}
 	return nil
 }
 
@@ -255,11 +342,9 @@ func (t *jobTx) SaveAck(ctx context.Context, cp *coordinator.Checkpoint, p *coor
 	if err := t.writable(); err != nil {
 		return err
 	}
-	_, err := t.tx.Exec(ctx, "UPDATE checkpoint_participants SET acked_at = $4 WHERE job = $1 AND checkpoint_id = $2 AND participant = $3",
+	t.queue.add(fmt.Sprintf("save ack of %s on %d", p.Name, cp.ID),
+		"UPDATE checkpoint_participants SET acked_at = $4 WHERE job = $1 AND checkpoint_id = $2 AND participant = $3",
 		cp.Job, cp.ID, p.Name, p.AckedAt)
-	if err != nil {
-		return fmt.Errorf("save ack of %s on %d: %w", p.Name, cp.ID, err)
-	}
 	return nil
 }
 
@@ -268,15 +353,12 @@ func (t *jobTx) SaveStatus(ctx context.Context, cp *coordinator.Checkpoint) erro
 		return err
 	}
 	key := coordinator.BrokerKey(cp.Job, cp.ID)
-	_, err := t.tx.Exec(ctx, `
+	t.queue.add(fmt.Sprintf("save status of %d", cp.ID), `
 		WITH u AS (
 			UPDATE checkpoints SET status = $3, decided_at = $4, completed_at = $5, abort_reason = $6
 			WHERE job = $1 AND id = $2)
 		SELECT pg_notify('`+channel+`', $7)`,
 		cp.Job, cp.ID, string(cp.Status), cp.DecidedAt, cp.CompletedAt, nullable(cp.AbortReason), key)
-	if err != nil {
-		return fmt.Errorf("save status of %d: %w", cp.ID, err)
-	}
 	t.decided = append(t.decided, key)
 	return nil
 }
@@ -285,12 +367,9 @@ func (t *jobTx) SetEpoch(ctx context.Context, participant string, epoch int64) e
 	if err := t.writable(); err != nil {
 		return err
 	}
-	_, err := t.tx.Exec(ctx, `
+	t.queue.add("set epoch of "+participant, `
 		INSERT INTO participant_epochs (job, participant, epoch) VALUES ($1, $2, $3)
 		ON CONFLICT (job, participant) DO UPDATE SET epoch = EXCLUDED.epoch`, t.job.Name, participant, epoch)
-	if err != nil {
-		return fmt.Errorf("set epoch of %s: %w", participant, err)
-	}
 	t.job.Epochs[participant] = epoch
 	return nil
 }
@@ -299,11 +378,7 @@ func (t *jobTx) DeleteJob(ctx context.Context) error {
 	if err := t.writable(); err != nil {
 		return err
 	}
-	if _, err := t.tx.Exec(ctx, "DELETE FROM checkpoints WHERE job = $1", t.job.Name); err != nil {
-		return fmt.Errorf("delete checkpoints: %w", err)
-	}
-	if _, err := t.tx.Exec(ctx, "UPDATE jobs SET deleted = true, updated_at = clock_timestamp() WHERE name = $1", t.job.Name); err != nil {
-		return fmt.Errorf("delete job: %w", err)
-	}
+	t.queue.add("delete checkpoints", "DELETE FROM checkpoints WHERE job = $1", t.job.Name)
+	t.queue.add("delete job", "UPDATE jobs SET deleted = true, updated_at = clock_timestamp() WHERE name = $1", t.job.Name)
 	return nil
 }

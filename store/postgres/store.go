@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"log/slog"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -25,16 +26,23 @@ const channel = "coordinator_decisions"
 type Options struct {
 	// MaxConns bounds the pool (default: pgxpool's, 4 or the number of CPUs).
 	MaxConns int32
+	// Writers is how many group commits may be in flight at once (default 4); each job
+	// always goes to the same one.
+	Writers int
+	// MaxBatch bounds how many updates one group commit takes (default 64).
+	MaxBatch int
 	Logger   *slog.Logger
 }
 
 // Store implements coordinator.Store on PostgreSQL.
 type Store struct {
-	pool     *pgxpool.Pool
-	logger   *slog.Logger
-	broker   coordinator.Broker
-	cancel   context.CancelFunc
-	listened chan struct{}
+	pool      *pgxpool.Pool
+	logger    *slog.Logger
+	committer *committer
+	closeOnce sync.Once
+	broker    coordinator.Broker
+	cancel    context.CancelFunc
+	listened  chan struct{}
 }
 
 var _ coordinator.Store = (*Store)(nil)
@@ -58,15 +66,20 @@ func Open(ctx context.Context, url string, opts Options) (*Store, error) {
 	}
 	lctx, cancel := context.WithCancel(context.Background())
 	s := &Store{pool: pool, logger: opts.Logger, cancel: cancel, listened: make(chan struct{})}
+	s.committer = newCommitter(s, opts.Writers, opts.MaxBatch)
 	go s.listen(lctx, cfg.ConnConfig.Copy())
 	return s, nil
 }
 
-// Close stops listening and closes the pool.
+// Close stops listening, answers queued updates with ErrUnavailable and closes the pool.
+// It may be called more than once.
 func (s *Store) Close() {
-	s.cancel()
-	<-s.listened
-	s.pool.Close()
+	s.closeOnce.Do(func() {
+		s.cancel()
+		<-s.listened
+		s.committer.close()
+		s.pool.Close()
+	})
 }
 
 // listen relays the decisions other processes announce to this process's waiters. After
@@ -129,55 +142,39 @@ func (s *Store) Ready(ctx context.Context) error {
 	return nil
 }
 
-const maxAttempts = 5
-
-// Update implements coordinator.Store.
+// Update implements coordinator.Store. Updates are group-committed: see committer.
 func (s *Store) Update(ctx context.Context, job string, fn func(tx coordinator.JobTx) error) error {
-	return s.run(ctx, job, true, fn)
+	return s.committer.update(ctx, job, fn)
 }
 
 // View implements coordinator.Store.
 func (s *Store) View(ctx context.Context, job string, fn func(tx coordinator.JobTx) error) error {
-	return s.run(ctx, job, false, fn)
-}
-
-func (s *Store) run(ctx context.Context, job string, write bool, fn func(tx coordinator.JobTx) error) error {
-	for attempt := 1; ; attempt++ {
-		decided, err := s.runOnce(ctx, job, write, fn)
-		if err == nil || coordinator.IsRejection(err) {
-			for _, key := range decided {
-				s.broker.NotifyKey(key)
-			}
-		}
-		if retryable(err) && attempt < maxAttempts {
-			continue
-		}
-		return translate(err)
-	}
-}
-
-func (s *Store) runOnce(ctx context.Context, job string, write bool, fn func(tx coordinator.JobTx) error) (decided []string, err error) {
-	opts := pgx.TxOptions{}
-	if !write {
-		opts = pgx.TxOptions{IsoLevel: pgx.RepeatableRead, AccessMode: pgx.ReadOnly}
-	}
-	dbtx, err := s.pool.BeginTx(ctx, opts)
+	conn, err := s.pool.Acquire(ctx)
 	if err != nil {
-		return nil, fmt.Errorf("begin: %w", err)
+		return translate(fmt.Errorf("acquire connection: %w", err))
 	}
-	defer dbtx.Rollback(context.Background()) //nolint:errcheck // after Commit it is a no-op
-	t := &jobTx{tx: dbtx, write: write}
-	if err := t.load(ctx, job); err != nil {
-		return nil, err
+	defer conn.Release()
+	err = s.view(ctx, conn.Conn(), job, fn)
+	if err != nil && !coordinator.IsRejection(err) {
+		// The transaction may be open still; a connection in an unknown state is not reused.
+		if _, rbErr := conn.Exec(context.Background(), "ROLLBACK"); rbErr != nil {
+			conn.Conn().Close(context.Background()) //nolint:errcheck
+		}
+	}
+	return translate(err)
+}
+
+func (s *Store) view(ctx context.Context, conn *pgx.Conn, job string, fn func(tx coordinator.JobTx) error) error {
+	t := &jobTx{ctx: ctx, conn: conn, queue: &writeQueue{}}
+	t.queue.add("begin", "BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY")
+	if err := t.begin(job); err != nil {
+		return err
 	}
 	fnErr := fn(t)
-	if fnErr != nil && !coordinator.IsRejection(fnErr) {
-		return nil, fnErr
+	if _, err := conn.Exec(ctx, "COMMIT"); err != nil {
+		return err
 	}
-	if err := dbtx.Commit(ctx); err != nil {
-		return nil, fmt.Errorf("commit: %w", err)
-	}
-	return t.decided, fnErr
+	return fnErr
 }
 
 // PutJob implements coordinator.Store.
@@ -242,7 +239,7 @@ const jobViewColumns = jobColumns + `,
 	(SELECT max(c.id) FROM checkpoints c WHERE c.job = j.name),
 	(SELECT max(c.id) FROM checkpoints c WHERE c.job = j.name AND c.status IN ('committing', 'committed'))`
 
-func scanJob(row pgx.Row, view bool) (*coordinator.Job, error) {
+func scanJob(row pgx.Row, view bool, extra ...any) (*coordinator.Job, error) {
 	var j coordinator.Job
 	var timeoutMS int64
 	var names []string
@@ -252,6 +249,7 @@ func scanJob(row pgx.Row, view bool) (*coordinator.Job, error) {
 	if view {
 		dest = append(dest, &j.LastCheckpoint, &j.LastCommitted)
 	}
+	dest = append(dest, extra...)
 	if err := row.Scan(dest...); err != nil {
 		if errors.Is(err, pgx.ErrNoRows) {
 			return nil, coordinator.ErrNotFound
@@ -297,13 +295,13 @@ func (s *Store) ListCheckpoints(ctx context.Context, q coordinator.CheckpointQue
 		args = append(args, v)
 		return fmt.Sprintf("$%d", len(args))
 	}
-	order := "c.seq"
+	ord, order := "c.seq", "c.seq"
 	if q.Job != "" {
 		where = append(where, "c.job = "+arg(q.Job))
 		if q.After > 0 {
 			where = append(where, "c.id < "+arg(q.After))
 		}
-		order = "c.id DESC"
+		ord, order = "-c.id", "c.id DESC"
 	} else if q.After > 0 {
 		where = append(where, "c.seq > "+arg(q.After))
 	}
@@ -314,18 +312,17 @@ func (s *Store) ListCheckpoints(ctx context.Context, q coordinator.CheckpointQue
 		}
 		where = append(where, "c.status = ANY("+arg(statuses)+")")
 	}
-	sql := "SELECT " + checkpointColumns + " FROM checkpoints c"
+	inner := "SELECT c.*, " + ord + " AS ord FROM checkpoints c"
 	if len(where) > 0 {
-		sql += " WHERE " + strings.Join(where, " AND ")
+		inner += " WHERE " + strings.Join(where, " AND ")
 	}
-	sql += " ORDER BY " + order + " LIMIT " + arg(q.Limit)
-	var out []*coordinator.Checkpoint
-	err := pgx.BeginTxFunc(ctx, s.pool, pgx.TxOptions{IsoLevel: pgx.RepeatableRead, AccessMode: pgx.ReadOnly}, func(tx pgx.Tx) error {
-		cps, err := queryCheckpoints(ctx, tx, sql, args...)
-		out = cps
-		return err
-	})
-	return out, translate(err)
+	inner += " ORDER BY " + order + " LIMIT " + arg(q.Limit)
+	rows, err := s.pool.Query(ctx, checkpointsSQL(inner), args...)
+	if err != nil {
+		return nil, translate(err)
+	}
+	cps, err := scanCheckpoints(rows)
+	return cps, translate(err)
 }
 
 // ExpiredJobs implements coordinator.Store.

@@ -1,0 +1,196 @@
+package postgres
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"hash/maphash"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/twophase/coordinator/coordinator"
+)
+
+// committer group-commits updates: each writer takes every update queued for it, runs them
+// one after the other in one database transaction, each under its job's lock, and answers
+// them all once that transaction has committed. One fsync then serves many requests, and no
+// request is answered before the transaction holding its write is durable (rule 3).
+//
+// A job always goes to the same writer, so writers never wait for each other's job locks;
+// within a batch the jobs are locked in name order. If a batch fails, its updates are run
+// again one by one, so that one failing update does not fail the others.
+type committer struct {
+	store    *Store
+	queues   []chan *op
+	maxBatch int
+	seed     maphash.Seed
+	stop     chan struct{}
+	wg       sync.WaitGroup
+}
+
+// batchTimeout bounds one group commit; requests give up earlier on their own deadline.
+const batchTimeout = 20 * time.Second
+
+// maxAttempts bounds the retries of an update that hit a serialisation failure or deadlock.
+const maxAttempts = 5
+
+var errClosed = errors.New("postgres: store closed")
+
+type op struct {
+	ctx  context.Context
+	job  string
+	fn   func(coordinator.JobTx) error
+	err  error
+	done chan struct{}
+}
+
+func newCommitter(s *Store, writers, maxBatch int) *committer {
+	if writers <= 0 {
+		writers = 4
+	}
+	if maxBatch <= 0 {
+		maxBatch = 64
+	}
+	c := &committer{store: s, maxBatch: maxBatch, seed: maphash.MakeSeed(), stop: make(chan struct{})}
+	for range writers {
+		q := make(chan *op, 1024)
+		c.queues = append(c.queues, q)
+		c.wg.Go(func() { c.work(q) })
+	}
+	return c
+}
+
+func (c *committer) close() {
+	close(c.stop)
+	c.wg.Wait()
+}
+
+func (c *committer) update(ctx context.Context, job string, fn func(coordinator.JobTx) error) error {
+	o := &op{ctx: ctx, job: job, fn: fn, done: make(chan struct{})}
+	q := c.queues[maphash.String(c.seed, job)%uint64(len(c.queues))]
+	select {
+	case q <- o:
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-c.stop:
+		return coordinator.Unavailable(errClosed)
+	}
+	select {
+	case <-o.done:
+		return o.err
+	case <-ctx.Done():
+		// The update may still be applied, as when a client hangs up after sending.
+		return ctx.Err()
+	}
+}
+
+func (c *committer) work(q chan *op) {
+	for {
+		var first *op
+		select {
+		case first = <-q:
+		case <-c.stop:
+			for {
+				select {
+				case o := <-q:
+					o.finish(coordinator.Unavailable(errClosed))
+				default:
+					return
+				}
+			}
+		}
+		batch := []*op{first}
+	fill:
+		for len(batch) < c.maxBatch {
+			select {
+			case o := <-q:
+				batch = append(batch, o)
+			default:
+				break fill
+			}
+		}
+		c.run(batch)
+	}
+}
+
+func (o *op) finish(err error) {
+	o.err = err
+	close(o.done)
+}
+
+// run commits a batch, or its updates one by one if the batch fails.
+func (c *committer) run(batch []*op) {
+	live := batch[:0]
+	for _, o := range batch {
+		if err := o.ctx.Err(); err != nil {
+			o.finish(err)
+			continue
+		}
+		live = append(live, o)
+	}
+	if len(live) == 0 {
+		return
+	}
+	slices.SortStableFunc(live, func(a, b *op) int { return strings.Compare(a.job, b.job) })
+	err := c.commit(live)
+	if err == nil {
+		return
+	}
+	for _, o := range live {
+		if len(live) > 1 {
+			err = c.commit([]*op{o})
+		}
+		for attempt := 1; retryable(err) && attempt < maxAttempts; attempt++ {
+			err = c.commit([]*op{o})
+		}
+		if err != nil {
+			o.finish(translate(err))
+		}
+	}
+}
+
+// commit runs the updates in one transaction. On success it answers every update and
+// returns nil; on failure it answers none and returns the error.
+func (c *committer) commit(ops []*op) error {
+	ctx, cancel := context.WithTimeout(context.Background(), batchTimeout)
+	defer cancel()
+	pooled, err := c.store.pool.Acquire(ctx)
+	if err != nil {
+		return fmt.Errorf("acquire connection: %w", err)
+	}
+	// A connection left inside a transaction is closed by the pool on release.
+	defer pooled.Release()
+	conn := pooled.Conn()
+	queue := &writeQueue{}
+	queue.add("begin", "BEGIN")
+	results := make([]error, len(ops))
+	decided := make([][]string, len(ops))
+	for i, o := range ops {
+		t := &jobTx{ctx: ctx, conn: conn, write: true, queue: queue}
+		if err := t.begin(o.job); err != nil {
+			if err == coordinator.ErrNotFound {
+				results[i] = err
+				continue
+			}
+			return err
+		}
+		fnErr := o.fn(t)
+		if fnErr != nil && !coordinator.IsRejection(fnErr) {
+			return fnErr
+		}
+		results[i], decided[i] = fnErr, t.decided
+	}
+	queue.add("commit", "COMMIT")
+	if err := queue.flush(ctx, conn); err != nil {
+		return fmt.Errorf("commit: %w", err)
+	}
+	for i, o := range ops {
+		for _, key := range decided[i] {
+			c.store.broker.NotifyKey(key)
+		}
+		o.finish(results[i])
+	}
+	return nil
+}

@@ -1,0 +1,83 @@
+package postgres_test
+
+import (
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/twophase/coordinator/coordinator"
+	"github.com/twophase/coordinator/store/pgtest"
+	"github.com/twophase/coordinator/store/postgres"
+)
+
+// TestTwoCoordinatorsOneTruth runs two stores (two coordinators) on one database: a
+// long-poll on one is woken by a decision taken on the other (rule 8), with every vote kept.
+func TestTwoCoordinatorsOneTruth(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	url := pgtest.URL(t)
+	var svcs [2]*coordinator.Service
+	for i := range svcs {
+		st, err := postgres.Open(ctx, url, postgres.Options{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(st.Close)
+		svcs[i] = coordinator.NewService(st, nil)
+	}
+	a, b := svcs[0], svcs[1]
+	participants := make([]string, 8)
+	for i := range participants {
+		participants[i] = fmt.Sprintf("p%d", i)
+	}
+	cfg := coordinator.JobConfig{Participants: participants, CheckpointTimeout: time.Minute, MaxConcurrentCheckpoints: 1, AutoCommit: true}
+	if _, _, err := a.PutJob(ctx, "j", cfg); err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range participants {
+		if _, err := b.Register(ctx, "j", p); err != nil {
+			t.Fatal(err)
+		}
+	}
+	cp, _, err := a.Prepare(ctx, "j", coordinator.PrepareRequest{})
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	waited := make(chan *coordinator.Checkpoint, 1)
+	start := time.Now()
+	go func() {
+		got, err := a.GetCheckpoint(ctx, "j", cp.ID, 30*time.Second)
+		if err != nil {
+			t.Error(err)
+		}
+		waited <- got
+	}()
+	time.Sleep(100 * time.Millisecond) // let the waiter subscribe and find it preparing
+
+	var wg sync.WaitGroup
+	// Every vote goes to b: the waiter on a can only learn of the decision from the database.
+	for _, p := range participants {
+		wg.Go(func() {
+			_, err := b.Vote(ctx, "j", cp.ID, p, coordinator.Vote{Epoch: 1, Kind: coordinator.VotePrepared, Committables: []byte(fmt.Sprintf(`["%s"]`, p))})
+			if err != nil {
+				t.Error(err)
+			}
+		})
+	}
+	wg.Wait()
+	select {
+	case got := <-waited:
+		if got.Status != coordinator.StatusCommitting {
+			t.Fatalf("waiter on coordinator a saw %s after %v, want committing", got.Status, time.Since(start))
+		}
+		for _, p := range got.Participants {
+			if p.Vote != coordinator.VotePrepared || string(p.Committables) != fmt.Sprintf(`["%s"]`, p.Name) {
+				t.Errorf("participant %s: vote %q committables %s", p.Name, p.Vote, p.Committables)
+			}
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("waiter on coordinator a was not woken by the decision taken on b")
+	}
+}

@@ -138,3 +138,11 @@ func firstError(ctx context.Context, cancel context.CancelFunc, errs <-chan erro
 	}
 	return err
 }
+
+func mustJSON(v any) string {
+	b, err := json.Marshal(v)
+	if err != nil {
+		panic(err)
+	}
+	return string(b)
+}

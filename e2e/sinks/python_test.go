@@ -1,0 +1,125 @@
+package sinks_test
+
+import (
+	"context"
+	"math/rand/v2"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	cc "github.com/twophase/coordinator/clients/go"
+	"github.com/twophase/coordinator/e2e/pipeline"
+	"github.com/twophase/coordinator/e2e/sinks"
+)
+
+// The Python participant (python/pysink.py, standard library only) speaks the REST API by
+// hand: fed by the pipeline's source, SIGKILLed twice at random moments and restarted, it
+// ends with every event exactly once. python3 must be installed: without it the test
+// fails, it does not skip.
+func TestPythonParticipant(t *testing.T) {
+	t.Parallel()
+	python, err := exec.LookPath("python3")
+	if err != nil {
+		t.Fatalf("python3 is required for the Python participant's test: %v", err)
+	}
+	script, err := filepath.Abs("python/pysink.py")
+	if err != nil {
+		t.Fatal(err)
+	}
+	coord, url := coordinatorFor(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	if _, err := coord.PutJob(ctx, "py", cc.JobConfig{Participants: []string{"source", "py-sink"}, CheckpointTimeoutMs: ptr(int64(5000))}); err != nil {
+		t.Fatal(err)
+	}
+	const total = 3000
+	sockDir, err := os.MkdirTemp("", "py-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer os.RemoveAll(sockDir)
+	socket := filepath.Join(sockDir, "s")
+	ln, err := net.Listen("unix", socket)
+	if err != nil {
+		t.Fatal(err)
+	}
+	src := &pipeline.Source{Coordinator: coord, Job: "py", Name: "source", Sinks: []string{"py-sink"}, Total: total, Rate: 1000, Listener: ln}
+	errs := make(chan error, 3)
+	go func() { errs <- src.Run(ctx) }()
+	go func() {
+		errs <- cc.NewRunner(coord, "py", "source", cc.Participant[pipeline.Position](src), cc.RunnerOptions{PollInterval: 10 * time.Millisecond}).Run(ctx)
+	}()
+	trig := &cc.Trigger{Coordinator: coord, Job: "py", Interval: 100 * time.Millisecond}
+	go func() { errs <- trig.Run(ctx) }()
+
+	dir := t.TempDir()
+	py := &pipeline.Process{Name: "pysink", Command: func() *exec.Cmd {
+		return exec.Command(python, script, "--coordinator", url, "--job", "py", "--name", "py-sink", "--socket", socket, "--dir", dir)
+	}}
+	if err := py.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer py.Kill()
+	defer func() {
+		if t.Failed() {
+			t.Logf("pysink output:\n%s", py.Output())
+		}
+	}()
+	committed := func() int64 {
+		_, pos, err := cc.RestorePoint[pipeline.Position](ctx, coord, "py", "source")
+		if err != nil || len(pos) == 0 {
+			return 1
+		}
+		return pos[0].Next
+	}
+	deadline := time.Now().Add(90 * time.Second)
+	for kill := 1; kill <= 2; kill++ {
+		// Kill somewhere in the first or second third, once it made progress.
+		target := int64(kill)*total/3 - rand.Int64N(total/6)
+		for committed() < target {
+			if time.Now().After(deadline) {
+				t.Fatalf("no progress: committed position %d", committed())
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+		time.Sleep(time.Duration(rand.IntN(150)) * time.Millisecond)
+		py.Kill()
+		time.Sleep(time.Duration(rand.IntN(300)) * time.Millisecond)
+		if err := py.Start(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for {
+		open, err := coord.Checkpoints(ctx, "py", cc.Committing)
+		if committed() == total+1 && err == nil && len(open) == 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("not done: committed position %d", committed())
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	cancel()
+	for range 3 {
+		<-errs
+	}
+	py.Kill()
+	if u := py.Unexpected(); len(u) > 0 {
+		t.Errorf("the Python participant stopped by itself: %s", strings.Join(u, "; "))
+	}
+	held, err := sinks.ReadFiles(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if msg := sinks.Check(held, total); msg != "" {
+		t.Error(msg)
+	}
+	t.Logf("%d events, %d Python runs (2 SIGKILLs), %d checkpoints opened, %d source rewinds",
+		total, py.Runs(), trig.Opened(), src.Rewinds())
+}
+
+func ptr[T any](v T) *T { return &v }

@@ -3,6 +3,8 @@
 //
 //	coordinator [serve] [flags]
 //	coordinator migrate up|down|version [flags]
+//	coordinator bench [flags]
+//	coordinator seed --database-url URL --checkpoints N [flags]
 //
 // Run "coordinator --help" for every flag and its environment twin.
 package main
@@ -55,6 +57,8 @@ func run(ctx context.Context, args, environ []string, stdout, stderr io.Writer) 
 	command := "serve"
 	if len(args) > 0 {
 		switch args[0] {
+		case "bench", "seed":
+			return toolCommand(ctx, args[0], args[1:], environ, stdout, stderr)
 		case "serve", "migrate":
 			command, args = args[0], args[1:]
 		case "help":
@@ -117,7 +121,7 @@ func checkArgs(command string, rest []string) error {
 		return fmt.Errorf("migrate needs up, down or version, not %q", rest[0])
 	}
 	if len(rest) > 0 {
-		return fmt.Errorf("unexpected argument %q (commands: serve, migrate, help)", rest[0])
+		return fmt.Errorf("unexpected argument %q (commands: serve, migrate, bench, seed, help)", rest[0])
 	}
 	return nil
 }

@@ -15,6 +15,10 @@ Usage:
                                              up: apply pending schema migrations
                                              down: revert every migration (DROPS ALL COORDINATOR DATA)
                                              version: print the schema version
+  coordinator bench [flags]                  drive a running coordinator as participants do, and
+                                             measure (see coordinator bench --help)
+  coordinator seed --checkpoints N [flags]   add N committed checkpoints to a PostgreSQL database
+                                             with SQL, for scale tests (see coordinator seed --help)
   coordinator help                           this text
 `
 

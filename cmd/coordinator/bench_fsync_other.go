@@ -1,0 +1,9 @@
+//go:build !linux
+
+package main
+
+import "os"
+
+func fdatasync(f *os.File) error { return f.Sync() }
+
+func sameFilesystem(a, b string) (same, known bool) { return false, false }

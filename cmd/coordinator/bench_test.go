@@ -1,0 +1,246 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/twophase/coordinator/store/pgtest"
+)
+
+// benchJSON runs "coordinator bench" with args plus --json and returns its exit status and
+// its decoded report.
+func benchJSON(t *testing.T, args ...string) (int, benchReport, string) {
+	t.Helper()
+	var stdout, stderr bytes.Buffer
+	code := run(context.Background(), append([]string{"bench", "--json"}, args...), nil, &stdout, &stderr)
+	var rep benchReport
+	if err := json.Unmarshal(stdout.Bytes(), &rep); err != nil {
+		t.Fatalf("bench exited %d; its stdout is not one JSON report: %v\nstdout:\n%s\nstderr:\n%s", code, err, stdout.String(), stderr.String())
+	}
+	return code, rep, stderr.String()
+}
+
+// TestBenchAgainstCoordinator seeds history into two jobs, then drives them through a real
+// coordinator for a second: the rounds continue the seeded ids and pass every check.
+func TestBenchAgainstCoordinator(t *testing.T) {
+	t.Parallel()
+	databaseURL := pgtest.URL(t)
+	var out, errOut bytes.Buffer
+	seedArgs := []string{"seed", "--database-url", databaseURL, "--checkpoints", "301", "--jobs", "2", "--job-prefix", "hist", "--batch", "100", "--analyze=false"}
+	if code := run(context.Background(), seedArgs, nil, &out, &errOut); code != exitOK {
+		t.Fatalf("seed exited %d:\n%s%s", code, out.String(), errOut.String())
+	}
+
+	ctx, stop := context.WithCancel(context.Background())
+	base, logs, exit := started(t, ctx, "postgres", "--database-url="+databaseURL)
+	defer func() {
+		stop()
+		select {
+		case <-exit:
+		case <-time.After(30 * time.Second):
+			t.Error("coordinator did not exit within 30s")
+		}
+	}()
+
+	// The seeded history, as the API shows it.
+	var job struct {
+		LastCheckpoint int64 `json:"last_checkpoint"`
+		LastCommitted  int64 `json:"last_committed"`
+	}
+	get(t, base+"/v1/jobs/hist-0", http.StatusOK, &job)
+	if job.LastCheckpoint != 151 || job.LastCommitted != 151 {
+		t.Fatalf("seeded job hist-0: last checkpoint %d, last committed %d, want 151 and 151", job.LastCheckpoint, job.LastCommitted)
+	}
+	var cp struct {
+		Status       string
+		Participants []struct {
+			Name, Vote   string
+			Committables json.RawMessage
+			AckedAt      *time.Time `json:"acked_at"`
+		}
+	}
+	get(t, base+"/v1/jobs/hist-1/checkpoints/150", http.StatusOK, &cp)
+	if cp.Status != "committed" || len(cp.Participants) != 2 || cp.Participants[1].Name != "p-1" || cp.Participants[1].Vote != "prepared" ||
+		!bytes.Equal(cp.Participants[1].Committables, committablesJSON(64)) || cp.Participants[1].AckedAt == nil {
+		t.Errorf("seeded checkpoint hist-1/150: %+v", cp)
+	}
+
+	code, rep, progress := benchJSON(t, "--url", base, "--jobs", "2", "--duration", "1s", "--warmup", "200ms", "--job-prefix", "hist")
+	if code != exitOK || !rep.OK {
+		t.Fatalf("bench exited %d, verdict %q; progress:\n%s\ncoordinator log:\n%s", code, rep.Verdict, progress, logs.buf.String())
+	}
+	if rep.Rounds == 0 || rep.FailedRounds != 0 || len(rep.Errors) != 0 || len(rep.CheckFailures) != 0 {
+		t.Errorf("report: %d rounds, %d failed, errors %v, check failures %v", rep.Rounds, rep.FailedRounds, rep.Errors, rep.CheckFailures)
+	}
+	if want := rep.Rounds * 5; rep.StateChanges < want { // 1 prepare + 2 votes + 2 acks a round
+		t.Errorf("%d state changes for %d rounds, want at least %d", rep.StateChanges, rep.Rounds, want)
+	}
+	if l := rep.Latency[latRound]; l.Count != uint64(rep.Rounds) || l.P50 <= 0 || l.P50 > l.P99 || l.P99 > l.Max {
+		t.Errorf("round latency %+v for %d rounds", l, rep.Rounds)
+	}
+	if !strings.Contains(progress, "rounds") {
+		t.Errorf("no progress line on stderr:\n%s", progress)
+	}
+	get(t, base+"/v1/jobs/hist-0", http.StatusOK, &job)
+	if job.LastCommitted <= 151 {
+		t.Errorf("hist-0's last committed is %d after the bench, want more than the seeded 151", job.LastCommitted)
+	}
+}
+
+// fakeCoordinator answers the bench with plausible JSON, and one bug.
+type fakeCoordinator struct {
+	bug string // "", "never decides", "skips an id", "never committed"
+
+	mu          sync.Mutex
+	last        map[string]int64
+	status      map[string]string
+	votes, acks map[string]int
+}
+
+func newFakeCoordinator(bug string) *fakeCoordinator {
+	return &fakeCoordinator{bug: bug, last: map[string]int64{}, status: map[string]string{}, votes: map[string]int{}, acks: map[string]int{}}
+}
+
+func (f *fakeCoordinator) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	parts := strings.Split(strings.TrimPrefix(r.URL.Path, "/v1/jobs/"), "/")
+	job := parts[0]
+	answer := func(status int, body any) {
+		w.Header().Set("Content-Type", "application/json")
+		w.WriteHeader(status)
+		_ = json.NewEncoder(w).Encode(body)
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	switch {
+	case len(parts) == 1 && r.Method == http.MethodPut:
+		answer(http.StatusCreated, map[string]any{"name": job, "last_checkpoint": nil})
+	case len(parts) == 1:
+		answer(http.StatusOK, map[string]any{"name": job, "last_checkpoint": f.last[job]})
+	case parts[1] == "participants" && parts[3] == "register":
+		answer(http.StatusOK, map[string]any{"epoch": 1, "pending": []any{}})
+	case parts[1] == "participants":
+		answer(http.StatusOK, map[string]any{"epoch": 1, "items": []any{}})
+	case len(parts) == 2:
+		f.last[job]++
+		if f.bug == "skips an id" && f.last[job] == 3 {
+			f.last[job]++
+		}
+		key := fmt.Sprintf("%s/%d", job, f.last[job])
+		f.status[key] = "preparing"
+		answer(http.StatusCreated, map[string]any{"id": f.last[job], "status": "preparing"})
+	default:
+		id, _ := strconv.ParseInt(parts[2], 10, 64)
+		key := fmt.Sprintf("%s/%d", job, id)
+		switch {
+		case len(parts) == 3: // the waiter
+			wait, _ := strconv.Atoi(r.URL.Query().Get("wait_ms"))
+			for deadline := time.Now().Add(time.Duration(wait) * time.Millisecond); f.status[key] == "preparing" && time.Now().Before(deadline); {
+				f.mu.Unlock()
+				time.Sleep(time.Millisecond)
+				f.mu.Lock()
+			}
+			committables := json.RawMessage(committablesJSON(64))
+			answer(http.StatusOK, map[string]any{"id": id, "status": f.status[key], "participants": []any{
+				map[string]any{"name": "p-0", "vote": "prepared", "committables": committables},
+				map[string]any{"name": "p-1", "vote": "prepared", "committables": committables},
+			}})
+		case parts[3] == "votes":
+			f.votes[key]++
+			if f.votes[key] == 2 && f.bug != "never decides" {
+				f.status[key] = "committing"
+			}
+			answer(http.StatusOK, map[string]any{"id": id, "status": f.status[key]})
+		case parts[3] == "acks":
+			f.acks[key]++
+			if f.acks[key] == 2 && f.bug != "never committed" {
+				f.status[key] = "committed"
+			}
+			answer(http.StatusOK, map[string]any{"id": id, "status": f.status[key]})
+		case parts[3] == "abort":
+			f.status[key] = "aborted"
+			answer(http.StatusOK, map[string]any{"id": id, "status": "aborted"})
+		}
+	}
+}
+
+// TestBenchFailsOnWrongAnswers points the bench at fake coordinators that answer fast but
+// wrong: it must report the failure and exit non-zero, even with --allow-errors.
+func TestBenchFailsOnWrongAnswers(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct{ bug, check string }{
+		{"", ""},
+		{"never decides", "not_decided"},
+		{"skips an id", "id_not_next"},
+		{"never committed", "not_committed"},
+	} {
+		name := strings.ReplaceAll(tc.bug, " ", "_")
+		if name == "" {
+			name = "correct"
+		}
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			srv := httptest.NewServer(newFakeCoordinator(tc.bug))
+			defer srv.Close()
+			code, rep, progress := benchJSON(t, "--url", srv.URL, "--jobs", "2", "--participants", "2", "--duration", "500ms",
+				"--warmup", "0s", "--round-timeout", "300ms", "--wait", "100ms", "--allow-errors", "--job-prefix", "fake")
+			if tc.bug == "" {
+				if code != exitOK || !rep.OK || rep.Rounds == 0 {
+					t.Fatalf("against a correct fake: exit %d, %d rounds, verdict %q, checks %v; progress:\n%s", code, rep.Rounds, rep.Verdict, rep.CheckExamples, progress)
+				}
+				return
+			}
+			if code != exitFailure || rep.OK {
+				t.Errorf("a coordinator that %s: exit %d, ok %v, want exit %d and not ok", tc.bug, code, rep.OK, exitFailure)
+			}
+			if rep.CheckFailures[tc.check] == 0 {
+				t.Errorf("a coordinator that %s: check failures %v, want %s", tc.bug, rep.CheckFailures, tc.check)
+			}
+			if !strings.HasPrefix(rep.Verdict, "FAILED") {
+				t.Errorf("verdict %q", rep.Verdict)
+			}
+			t.Logf("%s; check failures %v, e.g. %v", rep.Verdict, rep.CheckFailures, rep.CheckExamples)
+		})
+	}
+}
+
+func TestHistogramQuantiles(t *testing.T) {
+	t.Parallel()
+	h := newHistogram()
+	for i := 1; i <= 1000; i++ {
+		h.add(time.Duration(i) * time.Microsecond)
+	}
+	for _, tc := range []struct {
+		q    float64
+		want time.Duration
+	}{{0.5, 500 * time.Microsecond}, {0.9, 900 * time.Microsecond}, {0.99, 990 * time.Microsecond}, {1, time.Millisecond}} {
+		got := h.quantile(tc.q)
+		if got < tc.want || float64(got) > float64(tc.want)*1.008 {
+			t.Errorf("quantile(%v) = %v, want %v within 0.8%%", tc.q, got, tc.want)
+		}
+	}
+	for _, d := range []time.Duration{0, 1, 255, 256, 257, 511, 512, time.Second, time.Hour} {
+		if i := histIndex(d); histUpper(i) < d || (i > 0 && histUpper(i-1) >= d) {
+			t.Errorf("duration %d is in bucket %d of upper bound %d (the one below: %d)", d, i, histUpper(i), histUpper(i-1))
+		}
+	}
+}
+
+func TestCommittablesJSONSize(t *testing.T) {
+	t.Parallel()
+	for n := 2; n < 100; n++ {
+		b := committablesJSON(n)
+		var v []any
+		if len(b) != n || json.Unmarshal(b, &v) != nil {
+			t.Errorf("committablesJSON(%d) = %q", n, b)
+		}
+	}
+}

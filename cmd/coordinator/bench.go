@@ -379,6 +379,9 @@ type benchRun struct {
 	stopAt      time.Time // no round starts from here on
 	tickets     atomic.Int64
 	interrupted bool // set when measure returns
+	// The bench's own CPU use while measuring (warm-up included): on a machine it shares
+	// with the coordinator and the database, it is CPU they did not get.
+	cpu, wall time.Duration
 	// For progress lines.
 	roundsAll, roundsMeasured, errorsAll, checksAll atomic.Int64
 }
@@ -399,6 +402,7 @@ func (r *benchRun) measure(ctx context.Context, jobs []*benchJob, progress io.Wr
 	}
 	fmt.Fprintf(progress, "bench: warm-up %s, then measuring %s\n", r.cfg.warmup, what)
 
+	cpuStart := cpuTime()
 	var workers sync.WaitGroup
 	for _, j := range jobs {
 		workers.Go(func() { r.work(ctx, j) })
@@ -414,6 +418,7 @@ func (r *benchRun) measure(ctx context.Context, jobs []*benchJob, progress io.Wr
 		select {
 		case <-done:
 			r.interrupted = ctx.Err() != nil
+			r.cpu, r.wall = cpuTime()-cpuStart, time.Since(start)
 			return
 		case now := <-tick.C:
 			measured := r.roundsMeasured.Load()

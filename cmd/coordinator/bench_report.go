@@ -181,6 +181,10 @@ type benchReport struct {
 	AllRounds     int64             `json:"all_rounds"` // warm-up included
 	AllFailed     int64             `json:"all_failed_rounds"`
 
+	// BenchCPUCores is the CPU the bench itself used while it ran (warm-up included), in
+	// cores: on a shared machine, CPU the coordinator and the database did not get.
+	BenchCPUCores float64 `json:"bench_cpu_cores"`
+
 	Floor *floorReport `json:"floor,omitempty"`
 	RSS   *rssReport   `json:"rss,omitempty"`
 
@@ -238,6 +242,9 @@ func (r *benchRun) report(rss *rssSampler) *benchReport {
 	}
 	if rss != nil {
 		rep.RSS = rss.report()
+	}
+	if r.wall > 0 {
+		rep.BenchCPUCores = r.cpu.Seconds() / r.wall.Seconds()
 	}
 	rep.Interrupted = r.interrupted
 
@@ -314,6 +321,9 @@ func (rep *benchReport) writeText(w io.Writer) {
 		fmt.Fprintf(w, "    %-28s %9d %9.3f %9.3f %9.3f %9.3f\n", latencyLabels[k], l.Count, l.P50, l.P90, l.P99, l.Max)
 	}
 	fmt.Fprintf(w, "  the last voter's own answer already carried the decision in %.1f%% of rounds\n", 100*rep.LastVoterSawDecision)
+	if rep.BenchCPUCores > 0 {
+		fmt.Fprintf(w, "  the bench itself used %.2f CPU cores\n", rep.BenchCPUCores)
+	}
 	writeCounts(w, "errors", rep.Errors, rep.ErrorExamples)
 	writeCounts(w, "check failures", rep.CheckFailures, rep.CheckExamples)
 	if f := rep.Floor; f != nil {

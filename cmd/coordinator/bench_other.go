@@ -2,8 +2,13 @@
 
 package main
 
-import "os"
+import (
+	"os"
+	"time"
+)
 
 func fdatasync(f *os.File) error { return f.Sync() }
 
 func sameFilesystem(a, b string) (same, known bool) { return false, false }
+
+func cpuTime() time.Duration { return 0 }

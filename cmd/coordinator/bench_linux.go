@@ -3,6 +3,7 @@ package main
 import (
 	"os"
 	"syscall"
+	"time"
 )
 
 func fdatasync(f *os.File) error { return syscall.Fdatasync(int(f.Fd())) }
@@ -14,4 +15,13 @@ func sameFilesystem(a, b string) (same, known bool) {
 		return false, false
 	}
 	return sa.Dev == sb.Dev, true
+}
+
+// cpuTime is the CPU time (user and system) this process used so far.
+func cpuTime() time.Duration {
+	var ru syscall.Rusage
+	if syscall.Getrusage(syscall.RUSAGE_SELF, &ru) != nil {
+		return 0
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }

@@ -1,13 +1,17 @@
 package sinks_test
 
 import (
+	"bytes"
 	"context"
+	"fmt"
+	"log/slog"
 	"math/rand/v2"
 	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -47,11 +51,13 @@ func TestPythonParticipant(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	src := &pipeline.Source{Coordinator: coord, Job: "py", Name: "source", Sinks: []string{"py-sink"}, Total: total, Rate: 1000, Listener: ln}
+	var srcLog lockedBuffer
+	logger := slog.New(slog.NewTextHandler(&srcLog, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	src := &pipeline.Source{Coordinator: coord, Job: "py", Name: "source", Sinks: []string{"py-sink"}, Total: total, Rate: 1000, Listener: ln, Logger: logger}
 	errs := make(chan error, 3)
 	go func() { errs <- src.Run(ctx) }()
 	go func() {
-		errs <- cc.NewRunner(coord, "py", "source", cc.Participant[pipeline.Position](src), cc.RunnerOptions{PollInterval: 10 * time.Millisecond}).Run(ctx)
+		errs <- cc.NewRunner(coord, "py", "source", cc.Participant[pipeline.Position](src), cc.RunnerOptions{PollInterval: 10 * time.Millisecond, Logger: logger}).Run(ctx)
 	}()
 	trig := &cc.Trigger{Coordinator: coord, Job: "py", Interval: 100 * time.Millisecond}
 	go func() { errs <- trig.Run(ctx) }()
@@ -67,6 +73,7 @@ func TestPythonParticipant(t *testing.T) {
 	defer func() {
 		if t.Failed() {
 			t.Logf("pysink output:\n%s", py.Output())
+			t.Logf("source log:\n%s", srcLog.String())
 		}
 	}()
 	committed := func() int64 {
@@ -117,9 +124,51 @@ func TestPythonParticipant(t *testing.T) {
 	}
 	if msg := sinks.Check(held, total); msg != "" {
 		t.Error(msg)
+		logCheckpoints(t, coord, "py")
 	}
 	t.Logf("%d events, %d Python runs (2 SIGKILLs), %d checkpoints opened, %d source rewinds",
 		total, py.Runs(), trig.Opened(), src.Rewinds())
 }
 
 func ptr[T any](v T) *T { return &v }
+
+// logCheckpoints writes the job's history to the test log, to explain a failure.
+func logCheckpoints(t *testing.T, coord *cc.Coordinator, job string) {
+	cps, err := coord.Checkpoints(context.Background(), job)
+	if err != nil {
+		t.Logf("list checkpoints: %v", err)
+		return
+	}
+	for i := len(cps) - 1; i >= 0; i-- {
+		cp := cps[i]
+		line := fmt.Sprintf("checkpoint %d %s", cp.Id, cp.Status)
+		if cp.AbortReason != nil {
+			line += " (" + *cp.AbortReason + ")"
+		}
+		for _, p := range cp.Participants {
+			vote := "-"
+			if p.Vote != nil {
+				vote = string(*p.Vote)
+			}
+			line += fmt.Sprintf(" | %s %s %s acked=%v", p.Name, vote, p.Committables, p.AckedAt != nil)
+		}
+		t.Log(line)
+	}
+}
+
+type lockedBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *lockedBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *lockedBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
+}

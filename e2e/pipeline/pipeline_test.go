@@ -1,0 +1,303 @@
+package pipeline_test
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	cc "github.com/twophase/coordinator/clients/go"
+	"github.com/twophase/coordinator/e2e/harness"
+	"github.com/twophase/coordinator/e2e/pipeline"
+	"github.com/twophase/coordinator/e2e/sinks"
+)
+
+// TestMain makes this test binary double as the pipeline's worker processes: started with
+// $PIPELINE_WORKER set, it is a source or a sink (pipeline.WorkerMain), not a test.
+func TestMain(m *testing.M) {
+	if pipeline.IsWorker() {
+		os.Exit(pipeline.WorkerMain())
+	}
+	os.Exit(harness.Run(m))
+}
+
+const (
+	pipelineEvents = 20000
+	// pipelineRate is the source's events per second: slow enough that the stream lasts
+	// through many kills, fast enough for the time budget.
+	pipelineRate       = 1000
+	checkpointInterval = 200 * time.Millisecond
+	checkpointTimeout  = 3000 // ms
+	// The chaos phase ends when this share of the events is committed, or after
+	// chaosBudget, or after maxKills; then the pipeline must finish within finishBudget.
+	chaosShare   = 0.9
+	chaosBudget  = 75 * time.Second
+	maxKills     = 40
+	finishBudget = 60 * time.Second
+)
+
+// The whole promise, end to end: a deterministic source of 20,000 events streams to three
+// sinks of different kinds (PostgreSQL with PREPARE TRANSACTION, files renamed into place,
+// and the Python participant), each a separate process, checkpointed every 200 ms by the
+// coordinator (a separate process too). Processes of every kind are SIGKILLed at random
+// moments and started again; at the end every sink holds events 1..N exactly once.
+func TestPipelineExactlyOnce(t *testing.T) {
+	t.Parallel()
+	started := time.Now()
+	python, err := exec.LookPath("python3")
+	if err != nil {
+		t.Fatalf("python3 is required (the Python sink is part of the pipeline): %v", err)
+	}
+	script, err := filepath.Abs("../sinks/python/pysink.py")
+	if err != nil {
+		t.Fatal(err)
+	}
+	self, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+
+	cluster := harness.StartCluster(t)
+	server := harness.StartCoordinator(t, cluster.NewDatabase(t))
+	sinkDB := cluster.NewDatabase(t)
+	coord, err := cc.NewCoordinator(server.BaseURL, cc.Options{RequestTimeout: 5 * time.Second, MaxBackoff: 500 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	const job = "pipeline"
+	sinkNames := []string{"pg-sink", "file-sink", "py-sink"}
+	if _, err := coord.PutJob(ctx, job, cc.JobConfig{
+		Participants:        append([]string{"source"}, sinkNames...),
+		CheckpointTimeoutMs: ptr(int64(checkpointTimeout)),
+	}); err != nil {
+		t.Fatal(err)
+	}
+
+	sockDir := shortTempDir(t)
+	socket := filepath.Join(sockDir, "source.sock")
+	fileDir, pyDir := t.TempDir(), t.TempDir()
+	base := pipeline.WorkerConfig{Coordinator: server.BaseURL, Job: job, Socket: socket}
+	worker := func(name string, edit func(*pipeline.WorkerConfig)) *pipeline.Process {
+		cfg := base
+		cfg.Name = name
+		edit(&cfg)
+		return &pipeline.Process{Name: name, Command: func() *exec.Cmd {
+			cmd := exec.Command(self, "-test.run=^$")
+			cmd.Env = pipeline.Environ(cfg)
+			return cmd
+		}}
+	}
+	procs := map[string]*pipeline.Process{
+		"source": worker("source", func(c *pipeline.WorkerConfig) {
+			c.Role, c.Sinks, c.Total, c.Rate = pipeline.RoleSource, sinkNames, pipelineEvents, pipelineRate
+		}),
+		"pg-sink": worker("pg-sink", func(c *pipeline.WorkerConfig) {
+			c.Role, c.DatabaseURL, c.Table = pipeline.RolePGSink, sinkDB, "events"
+		}),
+		"file-sink": worker("file-sink", func(c *pipeline.WorkerConfig) {
+			c.Role, c.Dir = pipeline.RoleFileSink, fileDir
+		}),
+		"py-sink": {Name: "py-sink", Command: func() *exec.Cmd {
+			return exec.Command(python, script, "--coordinator", server.BaseURL, "--job", job,
+				"--name", "py-sink", "--socket", socket, "--dir", pyDir)
+		}},
+	}
+	for _, p := range procs {
+		if err := p.Start(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	t.Cleanup(func() {
+		for _, p := range procs {
+			p.Kill()
+		}
+		if t.Failed() {
+			for name, p := range procs {
+				t.Logf("---- output of %s (tail):\n%s", name, tail(p.Output(), 150))
+			}
+			logCheckpoints(t, coord, job, 40)
+		}
+	})
+
+	tctx, stopTrigger := context.WithCancel(ctx)
+	defer stopTrigger()
+	trig := &cc.Trigger{Coordinator: coord, Job: job, Interval: checkpointInterval}
+	trigDone := make(chan error, 1)
+	go func() { trigDone <- trig.Run(tctx) }()
+
+	committed := func() int64 {
+		cctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		defer cancel()
+		_, pos, err := cc.RestorePoint[pipeline.Position](cctx, coord, job, "source")
+		if err != nil || len(pos) == 0 {
+			return 1
+		}
+		return pos[0].Next
+	}
+
+	// Chaos: SIGKILL a random process every 0.5 to 2 s, every kind at least once (the
+	// first five kills are one of each, in random order).
+	victims := []string{"source", "pg-sink", "file-sink", "py-sink", "coordinator"}
+	order := rand.Perm(len(victims))
+	kills := map[string]int{}
+	nkills := 0
+	chaosEnd := time.Now().Add(chaosBudget)
+	for nkills < maxKills && time.Now().Before(chaosEnd) {
+		time.Sleep(time.Duration(500+rand.IntN(1500)) * time.Millisecond)
+		if nkills >= len(victims) && committed() > int64(chaosShare*pipelineEvents) {
+			break
+		}
+		v := victims[rand.IntN(len(victims))]
+		if nkills < len(victims) {
+			v = victims[order[nkills]]
+		}
+		down := time.Duration(rand.IntN(400)) * time.Millisecond
+		if v == "coordinator" {
+			server.Kill()
+			time.Sleep(down)
+			server.Restart()
+		} else {
+			procs[v].Kill()
+			time.Sleep(down)
+			if err := procs[v].Start(); err != nil {
+				t.Fatal(err)
+			}
+		}
+		kills[v]++
+		nkills++
+		t.Logf("%5.1fs kill %2d: %-11s (down %3dms), committed position %d", time.Since(started).Seconds(), nkills, v, down.Milliseconds(), committed())
+	}
+	chaosDone := time.Since(started)
+	for _, v := range victims {
+		if kills[v] == 0 {
+			t.Errorf("%s was never killed", v)
+		}
+	}
+
+	// Quiet: the pipeline must finish on its own.
+	finish := time.Now().Add(finishBudget)
+	for committed() != pipelineEvents+1 {
+		if time.Now().After(finish) {
+			t.Fatalf("not finished %s after the chaos: committed position %d of %d", finishBudget, committed(), pipelineEvents+1)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	stopTrigger()
+	if err := <-trigDone; err != nil {
+		t.Errorf("trigger: %v", err)
+	}
+	for {
+		open, err := coord.Checkpoints(ctx, job, cc.Preparing, cc.Committing)
+		if err == nil && len(open) == 0 {
+			break
+		}
+		if time.Now().After(finish) {
+			t.Fatalf("checkpoints still open: %d (%v)", len(open), err)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	for _, p := range procs {
+		p.Stop()
+	}
+	for name, p := range procs {
+		if u := p.Unexpected(); len(u) > 0 {
+			t.Errorf("%s stopped by itself: %s", name, strings.Join(u, "; "))
+		}
+	}
+
+	// Every sink holds 1..N exactly once.
+	pool, err := pgxpool.New(ctx, sinkDB)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pool.Close()
+	pgEvents, err := sinks.ReadPG(ctx, pool, "events")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var prepared int
+	if err := pool.QueryRow(ctx, "SELECT count(*) FROM pg_prepared_xacts").Scan(&prepared); err != nil {
+		t.Fatal(err)
+	}
+	if prepared != 0 {
+		t.Errorf("%d prepared transactions left in the sink's cluster", prepared)
+	}
+	fileEvents, err := sinks.ReadFiles(fileDir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pyEvents, err := sinks.ReadFiles(pyDir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for name, held := range map[string][]sinks.Event{"pg-sink": pgEvents, "file-sink": fileEvents, "py-sink": pyEvents} {
+		if msg := sinks.Check(held, pipelineEvents); msg != "" {
+			t.Errorf("%s: %s", name, msg)
+		} else {
+			t.Logf("%s holds events 1..%d exactly once", name, pipelineEvents)
+		}
+	}
+
+	cps, err := coord.Checkpoints(ctx, job)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var committedN, abortedN int
+	for _, cp := range cps {
+		switch cp.Status {
+		case cc.Committed:
+			committedN++
+		case cc.Aborted:
+			abortedN++
+		}
+	}
+	rewinds := strings.Count(procs["source"].Output(), "msg=rewound")
+	fmt.Printf("pipeline: %d events into 3 sinks (postgres, files, python); %d kills (source %d, pg-sink %d, file-sink %d, py-sink %d, coordinator %d) in %.1fs of chaos; %d checkpoints (%d committed, %d aborted); %d source rewinds; %.1fs in all\n",
+		pipelineEvents, nkills, kills["source"], kills["pg-sink"], kills["file-sink"], kills["py-sink"], kills["coordinator"],
+		chaosDone.Seconds(), len(cps), committedN, abortedN, rewinds, time.Since(started).Seconds())
+}
+
+func tail(s string, lines int) string {
+	parts := strings.Split(s, "\n")
+	if len(parts) > lines {
+		parts = parts[len(parts)-lines:]
+	}
+	return strings.Join(parts, "\n")
+}
+
+// logCheckpoints writes the last n checkpoints of job to the test log.
+func logCheckpoints(t *testing.T, coord *cc.Coordinator, job string, n int) {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	cps, err := coord.Checkpoints(ctx, job)
+	if err != nil {
+		t.Logf("list checkpoints: %v", err)
+		return
+	}
+	if len(cps) > n {
+		cps = cps[:n]
+	}
+	for i := len(cps) - 1; i >= 0; i-- {
+		cp := cps[i]
+		line := fmt.Sprintf("checkpoint %d %s", cp.Id, cp.Status)
+		if cp.AbortReason != nil {
+			line += " (" + *cp.AbortReason + ")"
+		}
+		for _, p := range cp.Participants {
+			vote := "-"
+			if p.Vote != nil {
+				vote = string(*p.Vote)
+			}
+			line += fmt.Sprintf(" | %s %s %s acked=%v", p.Name, vote, p.Committables, p.AckedAt != nil)
+		}
+		t.Log(line)
+	}
+}

@@ -77,6 +77,10 @@ type Store struct {
 	logger *slog.Logger
 	broker coordinator.Broker
 
+	ops     chan *op      // updates for the writer (committer.go)
+	stop    chan struct{} // closed by Close
+	written chan struct{} // closed when the writer has stopped
+
 	closeOnce sync.Once
 	closed    atomic.Bool
 }
@@ -106,11 +110,13 @@ func Open(ctx context.Context, dataDir string, opts Options) (*Store, error) {
 	if err != nil {
 		return nil, err
 	}
-	s := &Store{dir: dir, path: filepath.Join(dir, DatabaseFileName), lock: lock, logger: opts.Logger}
+	s := &Store{dir: dir, path: filepath.Join(dir, DatabaseFileName), lock: lock, logger: opts.Logger,
+		ops: make(chan *op, 1024), stop: make(chan struct{}), written: make(chan struct{})}
 	if err := s.open(ctx, opts); err != nil {
 		s.release()
 		return nil, err
 	}
+	go s.write()
 	return s, nil
 }
 
@@ -233,6 +239,8 @@ func (s *Store) Path() string { return s.path }
 func (s *Store) Close() {
 	s.closeOnce.Do(func() {
 		s.closed.Store(true)
+		close(s.stop)
+		<-s.written
 		s.release()
 		s.broker.NotifyAll()
 	})
@@ -288,25 +296,23 @@ const maxAttempts = 3
 
 // Update implements coordinator.Store.
 func (s *Store) Update(ctx context.Context, job string, fn func(tx coordinator.JobTx) error) error {
-	return s.run(ctx, job, true, fn)
+	if err := s.checkOpen(); err != nil {
+		return err
+	}
+	return s.update(ctx, job, fn)
 }
 
 // View implements coordinator.Store.
 func (s *Store) View(ctx context.Context, job string, fn func(tx coordinator.JobTx) error) error {
-	return s.run(ctx, job, false, fn)
+	return s.run(ctx, job, fn)
 }
 
-func (s *Store) run(ctx context.Context, job string, write bool, fn func(tx coordinator.JobTx) error) error {
+func (s *Store) run(ctx context.Context, job string, fn func(tx coordinator.JobTx) error) error {
 	if err := s.checkOpen(); err != nil {
 		return err
 	}
 	for attempt := 1; ; attempt++ {
-		decided, err := s.runOnce(ctx, job, write, fn)
-		if err == nil || coordinator.IsRejection(err) {
-			for _, key := range decided {
-				s.broker.NotifyKey(key)
-			}
-		}
+		err := s.runOnce(ctx, job, fn)
 		if retryable(err) && attempt < maxAttempts && ctx.Err() == nil {
 			s.logger.Debug("sqlite busy; running the transaction again", "job", job, "attempt", attempt, "error", err)
 			continue
@@ -315,28 +321,18 @@ func (s *Store) run(ctx context.Context, job string, write bool, fn func(tx coor
 	}
 }
 
-func (s *Store) runOnce(ctx context.Context, job string, write bool, fn func(tx coordinator.JobTx) error) (decided []string, err error) {
-	db, opts := s.writer, (*sql.TxOptions)(nil)
-	if !write {
-		db, opts = s.reader, &sql.TxOptions{ReadOnly: true}
-	}
-	dbtx, err := db.BeginTx(ctx, opts)
+// runOnce runs fn in a read-only transaction: writes go through the writer (committer.go).
+func (s *Store) runOnce(ctx context.Context, job string, fn func(tx coordinator.JobTx) error) error {
+	dbtx, err := s.reader.BeginTx(ctx, &sql.TxOptions{ReadOnly: true})
 	if err != nil {
-		return nil, fmt.Errorf("begin: %w", err)
+		return fmt.Errorf("begin: %w", err)
 	}
-	defer dbtx.Rollback() //nolint:errcheck // after Commit it is a no-op
-	t := &jobTx{tx: dbtx, write: write}
+	defer dbtx.Rollback() //nolint:errcheck // read-only: nothing to commit
+	t := &jobTx{tx: dbtx}
 	if err := t.load(ctx, job); err != nil {
-		return nil, err
+		return err
 	}
-	fnErr := fn(t)
-	if fnErr != nil && !coordinator.IsRejection(fnErr) {
-		return nil, fnErr
-	}
-	if err := dbtx.Commit(); err != nil {
-		return nil, fmt.Errorf("commit: %w", err)
-	}
-	return t.decided, fnErr
+	return fn(t)
 }
 
 // PutJob implements coordinator.Store.

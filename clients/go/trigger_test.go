@@ -98,4 +98,17 @@ func TestRestorePoint(t *testing.T) {
 	if err != nil || id != 3 || len(pos) != 1 || pos[0] != 300 {
 		t.Fatalf("restore point %d %v %v, want checkpoint 3 at [300] (committing counts)", id, pos, err)
 	}
+	for _, p := range []struct {
+		name  string
+		epoch int64
+	}{{"src", src.Epoch}, {"sink", sink.Epoch}} {
+		if _, err := b.coord.Ack(ctx, "j", 3, p.name, p.epoch); err != nil {
+			t.Fatal(err)
+		}
+	}
+	b.waitStatus(t, "j", 3, cc.Committed)
+	id, pos, err = cc.RestorePoint[int64](ctx, b.coord, "j", "src")
+	if err != nil || id != 3 || len(pos) != 1 || pos[0] != 300 {
+		t.Fatalf("restore point %d %v %v, want checkpoint 3 at [300] once committed", id, pos, err)
+	}
 }

@@ -2,14 +2,19 @@ package e2e_test
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"math/rand/v2"
+	"net"
 	"net/http"
 	"os"
 	"strconv"
+	"strings"
+	"sync"
 	"testing"
 	"time"
 
+	coordinatorclient "github.com/twophase/coordinator/clients/go"
 	"github.com/twophase/coordinator/e2e/harness"
 )
 
@@ -213,4 +218,436 @@ func waitRecovered(t *testing.T, a *api, limit time.Duration) time.Duration {
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
+}
+
+// TestFaultCoordinatorDownAcrossDeadlines stops the coordinator (gracefully, then with
+// SIGKILL) while checkpoints are preparing, waits past their deadlines, and starts it
+// again: every expired preparing checkpoint must be aborted before the coordinator serves
+// anything (decided no later than its "listening" line, at or after its deadline), with a
+// reason naming who did not vote; nothing else may change.
+func TestFaultCoordinatorDownAcrossDeadlines(t *testing.T) {
+	t.Parallel()
+	cluster := harness.StartCluster(t)
+	// The longest sweep interval, so that the periodic sweeper cannot be what aborts them.
+	coord := harness.StartCoordinator(t, cluster.NewDatabase(t), "--sweep-interval", "1s")
+	a := newAPI(coord)
+	const lateJobs = 8
+	epochs := map[string]map[string]int64{}
+	for i := range lateJobs {
+		name := fmt.Sprintf("late-%d", i)
+		epochs[name] = a.setupJob(t, name, `{"participants":["sink-alpha","sink-bravo"]}`, "sink-alpha", "sink-bravo")
+	}
+	epochs["cascade"] = a.setupJob(t, "cascade", `{"participants":["sink-alpha","sink-bravo"],"max_concurrent_checkpoints":3}`, "sink-alpha", "sink-bravo")
+	epochs["manual"] = a.setupJob(t, "manual", `{"participants":["sink-alpha","sink-bravo"],"auto_commit":false}`, "sink-alpha", "sink-bravo")
+	epochs["decided"] = a.setupJob(t, "decided", `{"participants":["sink-alpha","sink-bravo"]}`, "sink-alpha", "sink-bravo")
+	epochs["keep"] = a.setupJob(t, "keep", `{"participants":["sink-alpha","sink-bravo"]}`, "sink-alpha", "sink-bravo")
+
+	for round, stop := range []func(){coord.Stop, coord.Kill} {
+		const short = 1200 // ms: time to set everything up before the first deadline
+		began := time.Now()
+		body := fmt.Sprintf(`{"timeout_ms":%d}`, short)
+		expiring := map[cpKey]bool{} // aborted by the deadline of its own
+		cascaded := map[cpKey]bool{} // aborted because a lower one was
+		open := map[cpKey]bool{}     // must stay as they are
+		for i := range lateJobs {
+			name := fmt.Sprintf("late-%d", i)
+			cp := a.prepare(t, name, body)
+			a.vote(t, name, cp.Id, "sink-alpha", epochs[name]["sink-alpha"], `["a"]`)
+			expiring[cpKey{name, cp.Id}] = true
+		}
+		// cascade: a long one, a short one with one vote, a long one above it.
+		c1 := a.prepare(t, "cascade", `{"timeout_ms":60000}`)
+		c2 := a.prepare(t, "cascade", body)
+		a.vote(t, "cascade", c2.Id, "sink-bravo", epochs["cascade"]["sink-bravo"], "")
+		c3 := a.prepare(t, "cascade", `{"timeout_ms":60000}`)
+		open[cpKey{"cascade", c1.Id}], expiring[cpKey{"cascade", c2.Id}], cascaded[cpKey{"cascade", c3.Id}] = true, true, true
+		// manual: every vote in, no commit (auto_commit off).
+		m := a.prepare(t, "manual", body)
+		a.vote(t, "manual", m.Id, "sink-alpha", epochs["manual"]["sink-alpha"], "")
+		a.vote(t, "manual", m.Id, "sink-bravo", epochs["manual"]["sink-bravo"], "")
+		expiring[cpKey{"manual", m.Id}] = true
+		// decided: committing before its deadline, so the deadline no longer matters.
+		d := a.prepare(t, "decided", body)
+		a.vote(t, "decided", d.Id, "sink-alpha", epochs["decided"]["sink-alpha"], "")
+		if cp := a.vote(t, "decided", d.Id, "sink-bravo", epochs["decided"]["sink-bravo"], ""); cp.Status != "committing" {
+			t.Fatalf("decided: %s", cp.Status)
+		}
+		open[cpKey{"decided", d.Id}] = true
+		k := a.prepare(t, "keep", `{"timeout_ms":60000}`)
+		open[cpKey{"keep", k.Id}] = true
+		if el := time.Since(began); el > short*time.Millisecond*3/4 {
+			t.Fatalf("setting up took %s, too close to the %dms deadlines to prove anything", el, short)
+		}
+		before := map[cpKey]string{}
+		for key := range open {
+			before[key] = rawGet(t, a, cpPath(key.job, key.id))
+		}
+
+		stop()
+		time.Sleep(time.Until(began.Add(short*time.Millisecond + 300*time.Millisecond)))
+		coord.Restart()
+		listening := coord.ListeningAt()
+
+		// The first request: nothing expired is still listed as preparing.
+		var page struct{ Items []checkpoint }
+		a.mustDo(t, "GET", "/v1/checkpoints?status=preparing&limit=1000", "", 200, &page)
+		for _, cp := range page.Items {
+			if expiring[cpKey{cp.Job, cp.Id}] || cascaded[cpKey{cp.Job, cp.Id}] {
+				t.Errorf("round %d: %s/%d is still preparing after the restart, deadline %v", round, cp.Job, cp.Id, cp.Deadline)
+			}
+		}
+		for key := range expiring {
+			cp := a.get(t, key.job, key.id)
+			if cp.Status != "aborted" || cp.DecidedAt == nil {
+				t.Errorf("round %d: %s/%d is %s after a restart past its deadline", round, key.job, key.id, cp.Status)
+				continue
+			}
+			if cp.DecidedAt.Before(cp.Deadline) {
+				t.Errorf("round %d: %s/%d aborted at %v, before its deadline %v", round, key.job, key.id, cp.DecidedAt, cp.Deadline)
+			}
+			// slog writes times to the millisecond.
+			if cp.DecidedAt.After(listening.Add(time.Millisecond)) {
+				t.Errorf("round %d: %s/%d aborted at %v, after the coordinator began to serve at %v", round, key.job, key.id, cp.DecidedAt, listening)
+			}
+			reason := ""
+			if cp.AbortReason != nil {
+				reason = *cp.AbortReason
+			}
+			for _, p := range cp.Participants {
+				if named := strings.Contains(reason, p.Name); named != (p.Vote == nil) {
+					t.Errorf("round %d: %s/%d: reason %q, %s voted %v", round, key.job, key.id, reason, p.Name, p.Vote)
+				}
+			}
+		}
+		for key := range cascaded {
+			cp := a.get(t, key.job, key.id)
+			if cp.Status != "aborted" || cp.DecidedAt == nil || cp.DecidedAt.After(listening.Add(time.Millisecond)) {
+				t.Errorf("round %d: %s/%d above an expired checkpoint: %s at %v (serving from %v)", round, key.job, key.id, cp.Status, cp.DecidedAt, listening)
+			}
+		}
+		for key, was := range before {
+			if now := rawGet(t, a, cpPath(key.job, key.id)); now != was {
+				t.Errorf("round %d: %s/%d changed across the restart:\n%s\n%s", round, key.job, key.id, was, now)
+			}
+		}
+		// A late vote is refused; new work goes on with the next id.
+		p := a.mustProblem(t, request{method: "PUT", path: votePath("late-0", int64(round+1), "sink-bravo"),
+			body: voteBody(epochs["late-0"]["sink-bravo"], "")}, 409, "already_decided")
+		if p.Checkpoint == nil || participant(*p.Checkpoint, "sink-bravo").Vote != nil {
+			t.Errorf("round %d: late vote recorded: %+v", round, p.Checkpoint)
+		}
+		// Clean up for the next round: settle what is open.
+		a.mustDo(t, "POST", cpPath("cascade", c1.Id)+"/abort", "", 200, nil)
+		a.mustDo(t, "POST", cpPath("keep", k.Id)+"/abort", "", 200, nil)
+	}
+	for i := range lateJobs {
+		if cp := a.prepare(t, fmt.Sprintf("late-%d", i), ""); cp.Id != 3 {
+			t.Errorf("late-%d: next checkpoint %d, want 3", i, cp.Id)
+		}
+	}
+}
+
+// TestFaultParticipantRestarts restarts a participant (registers it again) while it owes
+// a commit, a rollback, a vote it never cast and a vote it did cast: its old epoch is
+// fenced (late votes and acks refused, even repeated word for word, changing nothing),
+// what it had not voted on is aborted (and everything above it), and pending, from the
+// registration itself and from GET, lists exactly what it owes. Then the old and the new
+// incarnation race.
+func TestFaultParticipantRestarts(t *testing.T) {
+	t.Parallel()
+	cluster := harness.StartCluster(t)
+	coord := harness.StartCoordinator(t, cluster.NewDatabase(t))
+	a := newAPI(coord)
+
+	e := a.setupJob(t, "restart", `{"participants":["sink-a","sink-b","source"],"max_concurrent_checkpoints":5}`, "sink-a", "sink-b", "source")
+	old := e["sink-a"]
+	a.prepare(t, "restart", "")
+	a.prepare(t, "restart", "")
+	// 1: committing; sink-a has not applied it.
+	a.vote(t, "restart", 1, "sink-a", old, `[{"txn":"a-1"}]`)
+	a.vote(t, "restart", 1, "sink-b", e["sink-b"], `[{"txn":"b-1"}]`)
+	a.vote(t, "restart", 1, "source", e["source"], `[{"offset":100}]`)
+	a.ack(t, "restart", 1, "sink-b", e["sink-b"])
+	a.ack(t, "restart", 1, "source", e["source"])
+	// 2: aborted by sink-b; sink-a prepared and must roll back.
+	a.vote(t, "restart", 2, "sink-a", old, `[{"txn":"a-2"}]`)
+	a.mustDo(t, "PUT", votePath("restart", 2, "sink-b"), abortVoteBody(e["sink-b"], "disk full"), 200, nil)
+	// 3: the others voted, sink-a did not. 4: sink-a voted, the others did not.
+	a.prepare(t, "restart", "")
+	a.prepare(t, "restart", "")
+	a.vote(t, "restart", 3, "sink-b", e["sink-b"], `[{"txn":"b-3"}]`)
+	a.vote(t, "restart", 3, "source", e["source"], `[{"offset":300}]`)
+	a.vote(t, "restart", 4, "sink-a", old, `[{"txn":"a-4"}]`)
+
+	reg := a.register(t, "restart", "sink-a")
+	if reg.Epoch != old+1 {
+		t.Fatalf("new epoch %d after %d", reg.Epoch, old)
+	}
+	type owed struct {
+		id           int64
+		action       string
+		committables string
+	}
+	want := []owed{{1, "commit", `[{"txn":"a-1"}]`}, {2, "abort", `[{"txn":"a-2"}]`}, {4, "abort", `[{"txn":"a-4"}]`}}
+	check := func(from string, items []coordinatorclient.PendingItem) {
+		t.Helper()
+		var got []owed
+		for _, it := range items {
+			got = append(got, owed{it.Checkpoint, string(it.Action), string(it.Committables)})
+		}
+		if fmt.Sprint(got) != fmt.Sprint(want) {
+			t.Errorf("%s: pending %v, want %v", from, got, want)
+		}
+	}
+	check("register", reg.Pending)
+	pe := a.pending(t, "restart", "sink-a")
+	check("GET pending", pe.Items)
+	if pe.Epoch != reg.Epoch {
+		t.Errorf("pending epoch %d, want %d", pe.Epoch, reg.Epoch)
+	}
+	if cp := a.get(t, "restart", 3); cp.Status != "aborted" || cp.AbortReason == nil || !strings.Contains(*cp.AbortReason, "sink-a") {
+		t.Errorf("checkpoint 3 (sink-a had not voted): %+v", cp)
+	}
+	if cp := a.get(t, "restart", 4); cp.Status != "aborted" || cp.AbortReason == nil || !strings.Contains(*cp.AbortReason, "3") {
+		t.Errorf("checkpoint 4 (above 3): %+v", cp)
+	}
+	if cp := a.get(t, "restart", 1); cp.Status != "committing" {
+		t.Errorf("checkpoint 1: the restart must not touch a decided checkpoint: %s", cp.Status)
+	}
+	// The others still owe nothing new; source must roll back 3.
+	if pe := a.pending(t, "restart", "source"); len(pe.Items) != 1 || pe.Items[0].Checkpoint != 3 || pe.Items[0].Action != "abort" {
+		t.Errorf("source pending: %+v", pe.Items)
+	}
+
+	// The old incarnation is fenced, even repeating its own accepted requests.
+	a.prepare(t, "restart", "")
+	before := rawGet(t, a, jobPath("restart")+"/checkpoints")
+	for _, r := range []request{
+		{method: "PUT", path: votePath("restart", 4, "sink-a"), body: voteBody(old, `[{"txn":"a-4"}]`)},
+		{method: "PUT", path: votePath("restart", 5, "sink-a"), body: voteBody(old, `[{"txn":"a-5"}]`)},
+		{method: "PUT", path: votePath("restart", 5, "sink-a"), body: abortVoteBody(old, "late")},
+		{method: "PUT", path: ackPath("restart", 1, "sink-a"), body: ackBody(old)},
+		{method: "PUT", path: ackPath("restart", 2, "sink-a"), body: ackBody(old)},
+	} {
+		p := a.mustProblem(t, r, 409, "fenced")
+		if p.Checkpoint == nil {
+			t.Errorf("%s %s: fenced without the checkpoint", r.method, r.path)
+		}
+	}
+	if after := rawGet(t, a, jobPath("restart")+"/checkpoints"); after != before {
+		t.Errorf("fenced requests changed checkpoints:\n%s\n%s", before, after)
+	}
+	// The new one pays what it owes, and votes.
+	if cp := a.ack(t, "restart", 1, "sink-a", reg.Epoch); cp.Status != "committed" {
+		t.Errorf("checkpoint 1 after the last ack: %s", cp.Status)
+	}
+	a.ack(t, "restart", 2, "sink-a", reg.Epoch)
+	a.ack(t, "restart", 4, "sink-a", reg.Epoch)
+	a.vote(t, "restart", 5, "sink-a", reg.Epoch, `[{"txn":"a-5"}]`)
+	a.vote(t, "restart", 5, "sink-b", e["sink-b"], "")
+	if cp := a.vote(t, "restart", 5, "source", e["source"], ""); cp.Status != "committing" || *participant(cp, "sink-a").Epoch != reg.Epoch {
+		t.Errorf("checkpoint 5: %+v", cp)
+	}
+	if pe := a.pending(t, "restart", "sink-a"); len(pe.Items) != 1 || pe.Items[0].Checkpoint != 5 {
+		t.Errorf("sink-a pending at the end: %+v", pe.Items)
+	}
+
+	// The old and the new incarnation race: the old one votes (and then acks) while the
+	// new one registers. Either the vote came first (it counts, the checkpoint stays
+	// preparing) or the registration did (the vote is fenced, the checkpoint aborted);
+	// after the registration answered, the old epoch gets nothing but 409 fenced.
+	e = a.setupJob(t, "race-restart", `{"participants":["w","v"]}`, "w", "v")
+	epoch := e["w"]
+	outcomes := map[string]int{}
+	for round := int64(1); round <= 20; round++ {
+		a.prepare(t, "race-restart", "")
+		body := voteBody(epoch, fmt.Sprintf(`["w-%d"]`, round))
+		var vote reply
+		var verr error
+		var reg coordinatorclient.Registration
+		var wg, start sync.WaitGroup
+		start.Add(1)
+		wg.Go(func() {
+			start.Wait()
+			vote, verr = a.do(context.Background(), "PUT", votePath("race-restart", round, "w"), body)
+		})
+		start.Done()
+		reg = a.register(t, "race-restart", "w")
+		wg.Wait()
+		if verr != nil {
+			t.Fatal(verr)
+		}
+		cp := a.get(t, "race-restart", round)
+		switch {
+		case vote.status == 200:
+			outcomes["vote first"]++
+			if cp.Status != "preparing" || participant(cp, "w").Vote == nil || *participant(cp, "w").Epoch != epoch {
+				t.Errorf("round %d: the vote was accepted but the checkpoint is %s, w %+v", round, cp.Status, participant(cp, "w"))
+			}
+		case vote.status == 409:
+			outcomes["registration first"]++
+			checkProblem(t, vote, 409, "fenced")
+			if cp.Status != "aborted" || participant(cp, "w").Vote != nil {
+				t.Errorf("round %d: the vote was fenced but the checkpoint is %s, w %+v", round, cp.Status, participant(cp, "w"))
+			}
+		default:
+			t.Fatalf("round %d: %v", round, vote)
+		}
+		a.mustProblem(t, request{method: "PUT", path: votePath("race-restart", round, "w"), body: body}, 409, "fenced")
+		epoch = reg.Epoch
+		if cp.Status == "preparing" {
+			a.vote(t, "race-restart", round, "v", e["v"], "")
+			// The old incarnation's ack races nothing now: it is fenced; the new one acks.
+			a.mustProblem(t, request{method: "PUT", path: ackPath("race-restart", round, "w"), body: ackBody(epoch - 1)}, 409, "fenced")
+			a.ack(t, "race-restart", round, "w", epoch)
+			a.ack(t, "race-restart", round, "v", e["v"])
+		}
+	}
+	t.Logf("outcomes: %v", outcomes)
+}
+
+// TestFaultCutRequests cuts requests mid-flight (client timeouts of a few milliseconds,
+// connections closed right after the request or in the middle of its body, with and
+// without a TCP reset) and then retries them unchanged until they answer: no checkpoint,
+// vote or ack is ever duplicated, changed or lost, and a body cut short changes nothing.
+func TestFaultCutRequests(t *testing.T) {
+	t.Parallel()
+	cluster := harness.StartCluster(t)
+	coord := harness.StartCoordinator(t, cluster.NewDatabase(t))
+	a := newAPI(coord)
+	rng := newRand(t)
+	e := a.setupJob(t, "cut", `{"participants":["a","b"],"checkpoint_timeout_ms":60000}`, "a", "b")
+
+	cuts := 0
+	// send cuts r a few times, then sends it until it is answered, and returns the answer.
+	send := func(r request, want int) reply {
+		t.Helper()
+		for range 1 + rng.IntN(3) {
+			cutRequest(t, coord.Addr, r, rng)
+			cuts++
+		}
+		return a.must(t, r, want, nil)
+	}
+	votedAt := map[partKey]time.Time{}
+	ackedAt := map[partKey]time.Time{}
+	const rounds = 20
+	for round := int64(1); round <= rounds; round++ {
+		key := map[string]string{"Idempotency-Key": fmt.Sprintf("cut-%d", round)}
+		var cp checkpoint
+		decode(t, send(request{method: "POST", path: jobPath("cut") + "/checkpoints", body: `{"timeout_ms":60000}`, header: key}, 201), &cp)
+		if cp.Id != round {
+			t.Fatalf("round %d: key %s opened checkpoint %d", round, key["Idempotency-Key"], cp.Id)
+		}
+		if round%5 == 0 {
+			decode(t, send(request{method: "POST", path: cpPath("cut", round) + "/abort", body: `{"reason":"cut"}`}, 200), &cp)
+			if cp.Status != "aborted" || *cp.AbortReason != "cut" {
+				t.Errorf("round %d: abort: %+v", round, cp)
+			}
+			continue
+		}
+		for _, p := range []string{"a", "b"} {
+			decode(t, send(request{method: "PUT", path: votePath("cut", round, p), body: voteBody(e[p], fmt.Sprintf(`[{"p":%q,"round":%d}]`, p, round))}, 200), &cp)
+			votedAt[partKey{"cut", round, p}] = *participant(cp, p).VotedAt
+		}
+		if cp.Status != "committing" {
+			t.Fatalf("round %d: %s after both votes", round, cp.Status)
+		}
+		for _, p := range []string{"a", "b"} {
+			decode(t, send(request{method: "PUT", path: ackPath("cut", round, p), body: ackBody(e[p])}, 200), &cp)
+			ackedAt[partKey{"cut", round, p}] = *participant(cp, p).AckedAt
+		}
+	}
+	cps := a.mustListAll(t, "cut")
+	if len(cps) != rounds {
+		t.Errorf("%d checkpoints for %d Idempotency-Keys", len(cps), rounds)
+	}
+	for _, cp := range cps {
+		for _, p := range cp.Participants {
+			k := partKey{"cut", cp.Id, p.Name}
+			if at, ok := votedAt[k]; ok && (p.VotedAt == nil || !p.VotedAt.Equal(at) || string(p.Committables) != fmt.Sprintf(`[{"p":%q,"round":%d}]`, p.Name, cp.Id)) {
+				t.Errorf("%d/%s: vote %v %s, answered at %v", cp.Id, p.Name, p.VotedAt, p.Committables, at)
+			}
+			if at, ok := ackedAt[k]; ok && (p.AckedAt == nil || !p.AckedAt.Equal(at)) {
+				t.Errorf("%d/%s: acked at %v, answered %v", cp.Id, p.Name, p.AckedAt, at)
+			}
+		}
+		want := "committed"
+		if cp.Id%5 == 0 {
+			want = "aborted"
+		}
+		if string(cp.Status) != want {
+			t.Errorf("checkpoint %d: %s, want %s", cp.Id, cp.Status, want)
+		}
+	}
+	// Bodies cut short never reach the protocol.
+	a.prepare(t, "cut", "")
+	before := rawGet(t, a, jobPath("cut")+"/checkpoints")
+	for range 10 {
+		cutBody(t, coord.Addr, request{method: "PUT", path: votePath("cut", rounds+1, "a"), body: voteBody(e["a"], `["half"]`)})
+		cutBody(t, coord.Addr, request{method: "POST", path: cpPath("cut", rounds+1) + "/abort", body: `{"reason":"half"}`})
+		cutBody(t, coord.Addr, request{method: "POST", path: jobPath("cut") + "/checkpoints", body: `{"timeout_ms":1000}`})
+	}
+	if after := rawGet(t, a, jobPath("cut")+"/checkpoints"); after != before {
+		t.Errorf("bodies cut short changed the state:\n%s\n%s", before, after)
+	}
+	a.mustDo(t, "GET", "/readyz", "", 200, nil)
+	t.Logf("%d requests cut", cuts)
+}
+
+func decode(t testing.TB, rep reply, v any) {
+	t.Helper()
+	if err := json.Unmarshal(rep.body, v); err != nil {
+		t.Fatalf("%v: %v", rep, err)
+	}
+}
+
+// rawRequest is r as HTTP/1.1 bytes: the head and the body.
+func rawRequest(addr string, r request) (head, body []byte) {
+	var b strings.Builder
+	fmt.Fprintf(&b, "%s %s HTTP/1.1\r\nHost: %s\r\n", r.method, r.path, addr)
+	if r.body != "" {
+		fmt.Fprintf(&b, "Content-Type: application/json\r\nContent-Length: %d\r\n", len(r.body))
+	}
+	for k, v := range r.header {
+		fmt.Fprintf(&b, "%s: %s\r\n", k, v)
+	}
+	b.WriteString("\r\n")
+	return []byte(b.String()), []byte(r.body)
+}
+
+// cutRequest sends r and cuts it: by a client timeout of 0 to 15 ms, or by closing the
+// connection (gracefully or with a reset) 0 to 5 ms after the whole request was written,
+// before reading any answer.
+func cutRequest(t testing.TB, addr string, r request, rng *rand.Rand) {
+	t.Helper()
+	if rng.IntN(3) == 0 {
+		hc := &http.Client{Timeout: time.Duration(rng.IntN(15000)) * time.Microsecond}
+		ctx := context.Background()
+		_, _ = (&api{base: "http://" + addr, hc: hc}).send(ctx, r)
+		return
+	}
+	conn, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatalf("dial: %v", err)
+	}
+	head, body := rawRequest(addr, r)
+	_, _ = conn.Write(append(head, body...))
+	time.Sleep(time.Duration(rng.IntN(5000)) * time.Microsecond)
+	if rng.IntN(2) == 0 {
+		_ = conn.(*net.TCPConn).SetLinger(0) // RST instead of FIN
+	}
+	_ = conn.Close()
+}
+
+// cutBody sends r's head and half its body, then closes the connection.
+func cutBody(t testing.TB, addr string, r request) {
+	t.Helper()
+	conn, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatalf("dial: %v", err)
+	}
+	head, body := rawRequest(addr, r)
+	_, _ = conn.Write(append(head, body[:len(body)/2]...))
+	time.Sleep(2 * time.Millisecond)
+	_ = conn.Close()
 }

@@ -241,6 +241,9 @@ func (w *workload) participate(j workloadJob, p string, epoch int64) {
 			continue
 		}
 		for _, it := range pe.Items {
+			// This participant's earlier answers were received before this request was
+			// sent: what they acknowledged must not be owed again.
+			w.ledger.checkOwed(j.name, it.Checkpoint, p, string(it.Action))
 			switch it.Action {
 			case coordinatorclient.PendingActionVote:
 				if !w.vote(j, it.Checkpoint, p, epoch) {
@@ -441,6 +444,20 @@ func (l *ledger) decided(job string, id int64, decision string) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	l.requested[cpKey{job, id}] = decision
+}
+
+// checkOwed fails when a pending list asks a participant for a vote or an ack that an
+// earlier answer acknowledged: it was lost.
+func (l *ledger) checkOwed(job string, id int64, p, action string) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	k := partKey{job, id, p}
+	if _, ok := l.votes[k]; ok && action == "vote" {
+		l.failures = append(l.failures, fmt.Sprintf("pending asks %s for its vote on %s/%d again: the acknowledged vote was lost", p, job, id))
+	}
+	if _, ok := l.acks[k]; ok {
+		l.failures = append(l.failures, fmt.Sprintf("pending asks %s to %s %s/%d again: the acknowledged ack was lost", p, action, job, id))
+	}
 }
 
 // checkCommittables checks committables some answer showed against the acknowledged vote.

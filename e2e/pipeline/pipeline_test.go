@@ -2,6 +2,7 @@ package pipeline_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"math/rand/v2"
 	"os"
@@ -32,7 +33,7 @@ const (
 	pipelineEvents = 20000
 	// pipelineRate is the source's events per second: slow enough that the stream lasts
 	// through many kills, fast enough for the time budget.
-	pipelineRate       = 1000
+	pipelineRate       = 700
 	checkpointInterval = 200 * time.Millisecond
 	checkpointTimeout  = 3000 // ms
 	// The chaos phase ends when this share of the events is committed, or after
@@ -47,7 +48,8 @@ const (
 // sinks of different kinds (PostgreSQL with PREPARE TRANSACTION, files renamed into place,
 // and the Python participant), each a separate process, checkpointed every 200 ms by the
 // coordinator (a separate process too). Processes of every kind are SIGKILLed at random
-// moments and started again; at the end every sink holds events 1..N exactly once.
+// moments and started again, PostgreSQL crashes, checkpoints are aborted under the
+// pipeline's feet; at the end every sink holds events 1..N exactly once.
 func TestPipelineExactlyOnce(t *testing.T) {
 	t.Parallel()
 	started := time.Now()
@@ -143,15 +145,21 @@ func TestPipelineExactlyOnce(t *testing.T) {
 		return pos[0].Next
 	}
 
-	// Chaos: SIGKILL a random process every 0.5 to 2 s, every kind at least once (the
-	// first five kills are one of each, in random order).
-	victims := []string{"source", "pg-sink", "file-sink", "py-sink", "coordinator"}
+	// Chaos: every 0.4 to 1.6 s, one of: SIGKILL a process (source, a sink, the coordinator),
+	// crash PostgreSQL (pg_ctl stop -m immediate, holding the coordinator's and the PG
+	// sink's databases), or abort the open checkpoint after the source sent its barrier (as
+	// an operator or a failing participant would). The first seven actions are one of each,
+	// in random order. A participant is killed at a random moment, or, as often, in one of
+	// its two windows of doubt: after its prepared vote, before the decision; and after the
+	// decision, before its ack.
+	victims := []string{"source", "pg-sink", "file-sink", "py-sink", "coordinator", "postgres", "abort"}
 	order := rand.Perm(len(victims))
 	kills := map[string]int{}
+	windows := map[string]int{}
 	nkills := 0
 	chaosEnd := time.Now().Add(chaosBudget)
 	for nkills < maxKills && time.Now().Before(chaosEnd) {
-		time.Sleep(time.Duration(500+rand.IntN(1500)) * time.Millisecond)
+		time.Sleep(time.Duration(400+rand.IntN(1200)) * time.Millisecond)
 		if nkills >= len(victims) && committed() > int64(chaosShare*pipelineEvents) {
 			break
 		}
@@ -160,20 +168,51 @@ func TestPipelineExactlyOnce(t *testing.T) {
 			v = victims[order[nkills]]
 		}
 		down := time.Duration(rand.IntN(400)) * time.Millisecond
-		if v == "coordinator" {
+		what := ""
+		switch v {
+		case "coordinator":
 			server.Kill()
 			time.Sleep(down)
 			server.Restart()
-		} else {
+		case "postgres":
+			cluster.Crash()
+			time.Sleep(down)
+			cluster.Start()
+		case "abort":
+			id, ok := waitWindow(ctx, coord, job, "source", windowInDoubt)
+			if !ok {
+				continue
+			}
+			if _, err := coord.Abort(ctx, job, id, "chaos: operator abort"); err != nil && !errors.Is(err, cc.ErrAlreadyDecided) {
+				t.Fatalf("abort checkpoint %d: %v", id, err)
+			}
+			what = fmt.Sprintf("checkpoint %d", id)
+		default:
+			switch rand.IntN(4) {
+			case 0:
+				if id, ok := waitWindow(ctx, coord, job, v, windowInDoubt); ok {
+					what = fmt.Sprintf("voted on %d, undecided", id)
+					windows["in doubt"]++
+				}
+			case 1:
+				if id, ok := waitWindow(ctx, coord, job, v, windowDecided); ok {
+					what = fmt.Sprintf("%d decided, not acked", id)
+					windows["decided, not acked"]++
+				}
+			}
 			procs[v].Kill()
 			time.Sleep(down)
 			if err := procs[v].Start(); err != nil {
 				t.Fatal(err)
 			}
 		}
+		if !server.Running() {
+			t.Errorf("the coordinator exited by itself:\n%s", tail(server.Logs(), 50))
+			server.Restart()
+		}
 		kills[v]++
 		nkills++
-		t.Logf("%5.1fs kill %2d: %-11s (down %3dms), committed position %d", time.Since(started).Seconds(), nkills, v, down.Milliseconds(), committed())
+		t.Logf("%5.1fs chaos %2d: %-11s %-28s (down %3dms), committed position %d", time.Since(started).Seconds(), nkills, v, what, down.Milliseconds(), committed())
 	}
 	chaosDone := time.Since(started)
 	for _, v := range victims {
@@ -260,9 +299,43 @@ func TestPipelineExactlyOnce(t *testing.T) {
 		}
 	}
 	rewinds := strings.Count(procs["source"].Output(), "msg=rewound")
-	fmt.Printf("pipeline: %d events into 3 sinks (postgres, files, python); %d kills (source %d, pg-sink %d, file-sink %d, py-sink %d, coordinator %d) in %.1fs of chaos; %d checkpoints (%d committed, %d aborted); %d source rewinds; %.1fs in all\n",
-		pipelineEvents, nkills, kills["source"], kills["pg-sink"], kills["file-sink"], kills["py-sink"], kills["coordinator"],
-		chaosDone.Seconds(), len(cps), committedN, abortedN, rewinds, time.Since(started).Seconds())
+	fmt.Printf("pipeline: %d events into 3 sinks (postgres, files, python); %d chaos actions in %.1fs: SIGKILL source %d, pg-sink %d, file-sink %d, py-sink %d, coordinator %d (participants in doubt %d, decided but not acked %d), postgres crashes %d, operator aborts %d; %d checkpoints (%d committed, %d aborted); %d source rewinds; %.1fs in all\n",
+		pipelineEvents, nkills, chaosDone.Seconds(), kills["source"], kills["pg-sink"], kills["file-sink"], kills["py-sink"], kills["coordinator"],
+		windows["in doubt"], windows["decided, not acked"], kills["postgres"], kills["abort"],
+		len(cps), committedN, abortedN, rewinds, time.Since(started).Seconds())
+}
+
+const (
+	windowInDoubt = iota // the participant voted prepared, the checkpoint is preparing
+	windowDecided        // the checkpoint is committing or aborted, the participant voted prepared and has not acked
+)
+
+// waitWindow polls the job's open checkpoints for up to 3 s until participant is in the
+// window, and returns that checkpoint.
+func waitWindow(ctx context.Context, coord *cc.Coordinator, job, participant string, window int) (int64, bool) {
+	deadline := time.Now().Add(3 * time.Second)
+	for time.Now().Before(deadline) {
+		cctx, cancel := context.WithTimeout(ctx, time.Second)
+		cps, err := coord.Checkpoints(cctx, job, cc.Preparing, cc.Committing)
+		cancel()
+		if err != nil {
+			time.Sleep(10 * time.Millisecond)
+			continue
+		}
+		for _, cp := range cps {
+			for _, p := range cp.Participants {
+				if p.Name != participant || p.Vote == nil || *p.Vote != cc.VoteKindPrepared {
+					continue
+				}
+				if (window == windowInDoubt && cp.Status == cc.Preparing) ||
+					(window == windowDecided && cp.Status == cc.Committing && p.AckedAt == nil) {
+					return cp.Id, true
+				}
+			}
+		}
+		time.Sleep(time.Millisecond)
+	}
+	return 0, false
 }
 
 func tail(s string, lines int) string {

@@ -171,6 +171,7 @@ func sinkTests[C any]() []sinkTest[C] {
 		{"orphan of a crash before the vote is rolled back on restart", testOrphanRolledBack[C]},
 		{"commit owed after a crash after the vote is applied on restart", testCommitAfterCrash[C]},
 		{"prepared work in doubt survives a restart until decided", testInDoubtSurvives[C]},
+		{"a crash while applying the decision leaves it owed to the next instance", testCrashDuringCommit[C]},
 	}
 }
 
@@ -381,4 +382,37 @@ func testInDoubtSurvives[C any](t *testing.T, fx *fixture[C]) {
 func jsonMarshal(v any) (cc.Committables, error) {
 	b, err := json.Marshal(v)
 	return cc.Committables(b), err
+}
+
+// dyingCommit is a sink whose process dies as Commit starts: nothing is applied, and the
+// runner stops (a Permanent error stands for the kill).
+type dyingCommit[C any] struct{ sink[C] }
+
+func (d dyingCommit[C]) Commit(context.Context, int64, []C) error {
+	return cc.Permanent(errors.New("killed while committing"))
+}
+
+func testCrashDuringCommit[C any](t *testing.T, fx *fixture[C]) {
+	ctx := context.Background()
+	putJob(t, fx, "j", "sink")
+	r := cc.NewRunner(fx.coord, "j", "sink", cc.Participant[C](dyingCommit[C]{fx.newSink("j", "sink", tenPer)}),
+		cc.RunnerOptions{PollInterval: 10 * time.Millisecond})
+	rctx, cancel := context.WithTimeout(ctx, 20*time.Second)
+	defer cancel()
+	done := make(chan error, 1)
+	go func() { done <- r.Run(rctx) }()
+	waitFor(t, "registration", func() bool { return r.Epoch() > 0 })
+	if _, err := fx.coord.OpenCheckpoint(ctx, "j", "", 0); err != nil {
+		t.Fatal(err)
+	}
+	var perm *cc.PermanentError
+	if err := <-done; !errors.As(err, &perm) {
+		t.Fatalf("first instance: %v, want it to die in Commit", err)
+	}
+	if st := status(t, fx, "j", 1); st != cc.Committing {
+		t.Fatalf("checkpoint 1 is %s after a crash before its commit was applied, want committing (not acked)", st)
+	}
+	startRunner(t, fx, "j", "sink", fx.newSink("j", "sink", tenPer))
+	waitFor(t, "the owed commit", func() bool { return status(t, fx, "j", 1) == cc.Committed })
+	checkHeld(t, fx, 10)
 }

@@ -61,17 +61,23 @@ func jobNames(jobs []workloadJob) []string {
 	return out
 }
 
-// TestFaultCoordinatorKills kills the coordinator with SIGKILL at random moments while
-// clients vote, ack, prepare, commit and abort, and restarts it at once; the clients
-// retry every request unchanged (the same body, the same Idempotency-Key) until they get a
-// definitive answer. Afterwards every answer any of them received must still hold.
+// TestFaultCoordinatorKills kills coordinators with SIGKILL at random moments while
+// clients vote, ack, prepare, commit and abort, and restarts them at once. Two coordinator
+// processes share the database and each attempt of a request goes to either (as behind a
+// load balancer), so rule 8 is under fire too. The clients retry every request unchanged
+// (the same body, the same Idempotency-Key) until they get a definitive answer. Afterwards
+// every answer any of them received must still hold.
 func TestFaultCoordinatorKills(t *testing.T) {
 	t.Parallel()
 	cluster := harness.StartCluster(t)
-	coord := harness.StartCoordinator(t, cluster.NewDatabase(t), "--sweep-interval", "100ms", "--request-timeout", "3s")
-	a := newAPI(coord)
+	dbURL := cluster.NewDatabase(t)
+	coords := []*harness.Coordinator{
+		harness.StartCoordinator(t, dbURL, "--sweep-interval", "100ms", "--request-timeout", "3s"),
+		harness.StartCoordinator(t, dbURL, "--sweep-interval", "100ms", "--request-timeout", "3s"),
+	}
+	a := newAPI(coords[0])
 	jobs := faultJobs("kill")
-	w := newWorkload(t, a, 8*time.Second, jobs...)
+	w := newWorkload(t, []*api{a, newAPI(coords[1])}, 8*time.Second, jobs...)
 	w.start()
 
 	kills := envInt(t, "COORDINATOR_TEST_E2E_KILLS", 25)
@@ -79,15 +85,26 @@ func TestFaultCoordinatorKills(t *testing.T) {
 	start := time.Now()
 	for i := 0; i < kills && !w.ledger.failed(); i++ {
 		time.Sleep(time.Duration(20+rng.IntN(280)) * time.Millisecond)
-		coord.Kill()
+		victims := coords[rng.IntN(2):][:1]
+		if rng.IntN(4) == 0 {
+			victims = coords // both at once: nobody answers for a moment
+		}
+		for _, c := range victims {
+			c.Kill()
+		}
 		time.Sleep(time.Duration(rng.IntN(40)) * time.Millisecond)
-		coord.Restart()
+		for _, c := range victims {
+			c.Restart()
+		}
 	}
-	t.Logf("%d SIGKILLs in %s", kills, time.Since(start).Round(time.Millisecond))
+	t.Logf("%d rounds of SIGKILL (%d processes killed) in %s", kills, coords[0].Starts()+coords[1].Starts()-2,
+		time.Since(start).Round(time.Millisecond))
 	time.Sleep(500 * time.Millisecond)
 	w.stop()
-	coord.Stop() // a graceful stop exits 0
-	coord.Restart()
+	for _, c := range coords {
+		c.Stop() // a graceful stop exits 0
+	}
+	coords[0].Restart()
 
 	w.ledger.verify(t, a, jobNames(jobs)...)
 	t.Logf("%s; %d retries", w.ledger.stats(), w.retries.Load())
@@ -105,10 +122,12 @@ func TestFaultDatabaseCrash(t *testing.T) {
 	t.Parallel()
 	const requestTimeout = 2 * time.Second
 	cluster := harness.StartCluster(t)
-	coord := harness.StartCoordinator(t, cluster.NewDatabase(t), "--sweep-interval", "100ms", "--request-timeout", requestTimeout.String())
-	a := newAPI(coord)
+	dbURL := cluster.NewDatabase(t)
+	coord := harness.StartCoordinator(t, dbURL, "--sweep-interval", "100ms", "--request-timeout", requestTimeout.String())
+	other := harness.StartCoordinator(t, dbURL, "--sweep-interval", "100ms", "--request-timeout", requestTimeout.String())
+	a, b := newAPI(coord), newAPI(other)
 	jobs := faultJobs("crash")
-	w := newWorkload(t, a, requestTimeout+3*time.Second, jobs...)
+	w := newWorkload(t, []*api{a, b}, requestTimeout+3*time.Second, jobs...)
 
 	// A job the probes write to during the outages: nothing may change in it.
 	probe := a.setupJob(t, "probe", `{"participants":["p"],"max_concurrent_checkpoints":5}`, "p")
@@ -119,13 +138,15 @@ func TestFaultDatabaseCrash(t *testing.T) {
 	for crash := 1; crash <= 2; crash++ {
 		time.Sleep(800 * time.Millisecond)
 		cluster.Crash()
-		probeOutage(t, a, requestTimeout, 1500*time.Millisecond, probe["p"])
+		probeOutage(t, []*api{a, b}, requestTimeout, 1500*time.Millisecond, probe["p"])
 		cluster.Start()
-		recovered := waitRecovered(t, a, 20*time.Second)
-		t.Logf("crash %d: the coordinator served writes %s after the database accepted connections again",
-			crash, recovered.Round(time.Millisecond))
-		if recovered > 10*time.Second {
-			t.Errorf("crash %d: recovery took %s", crash, recovered)
+		for i, via := range []*api{a, b} {
+			recovered := waitRecovered(t, via, 20*time.Second)
+			t.Logf("crash %d: coordinator %d served writes %s after the database accepted connections again",
+				crash, i+1, recovered.Round(time.Millisecond))
+			if recovered > 10*time.Second {
+				t.Errorf("crash %d: coordinator %d took %s to recover", crash, i+1, recovered)
+			}
 		}
 	}
 	time.Sleep(800 * time.Millisecond)
@@ -136,6 +157,28 @@ func TestFaultDatabaseCrash(t *testing.T) {
 	}
 	w.ledger.verify(t, a, jobNames(jobs)...)
 	t.Logf("%s; %d retries, %d answers 503", w.ledger.stats(), w.retries.Load(), w.got503.Load())
+
+	// After the outages, a waiter on one coordinator is still woken by a decision taken
+	// on the other (their LISTEN connections were cut; rule 8).
+	woken := make(chan reply, 1)
+	go func() {
+		rep, _ := b.do(context.Background(), "GET", cpPath("probe", 1)+"?wait_ms=20000", "")
+		woken <- rep
+	}()
+	time.Sleep(300 * time.Millisecond)
+	a.vote(t, "probe", 1, "p", probe["p"], "")
+	decided := time.Now()
+	select {
+	case rep := <-woken:
+		var cp checkpoint
+		decode(t, rep, &cp)
+		if cp.Status != "committing" {
+			t.Errorf("the waiter on the other coordinator got %v", rep)
+		}
+		t.Logf("the waiter on the other coordinator was woken %s after the decision", time.Since(decided).Round(time.Millisecond))
+	case <-time.After(5 * time.Second):
+		t.Errorf("the waiter on the other coordinator was not woken within 5 s of the decision")
+	}
 	if w.got503.Load() == 0 {
 		t.Errorf("the workload never saw a 503: the outages did not reach it")
 	}
@@ -147,7 +190,7 @@ func TestFaultDatabaseCrash(t *testing.T) {
 // probeOutage sends every kind of request for d while the database is down: each must be
 // answered within the request timeout (plus slack) by 503 problem+json with Retry-After,
 // except /healthz (200: the process is alive).
-func probeOutage(t *testing.T, a *api, requestTimeout, d time.Duration, epoch int64) {
+func probeOutage(t *testing.T, apis []*api, requestTimeout, d time.Duration, epoch int64) {
 	t.Helper()
 	probes := []request{
 		{method: "GET", path: "/readyz"},
@@ -165,10 +208,10 @@ func probeOutage(t *testing.T, a *api, requestTimeout, d time.Duration, epoch in
 	slack := 1500 * time.Millisecond
 	n := 0
 	for end := time.Now().Add(d); time.Now().Before(end); {
-		for _, r := range probes {
+		for i, r := range probes {
 			n++
 			ctx, cancel := context.WithTimeout(context.Background(), requestTimeout+10*time.Second)
-			rep, err := a.send(ctx, r)
+			rep, err := apis[(n+i)%len(apis)].send(ctx, r)
 			cancel()
 			if err != nil {
 				t.Errorf("database down: %s %s: %v", r.method, r.path, err)

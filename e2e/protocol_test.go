@@ -220,6 +220,13 @@ func TestProtocol(t *testing.T) {
 		a.prepare(t, "del", "")
 		a.vote(t, "del", 2, "a", epochs["a"], `["y"]`)
 		a.ack(t, "del", 2, "a", epochs["a"])
+		// A prepared vote on an aborted checkpoint not yet rolled back is owed too.
+		a.mustDo(t, "PUT", jobPath("del"), `{"participants":["a","b"]}`, 200, nil)
+		a.prepare(t, "del", "")
+		a.vote(t, "del", 3, "a", epochs["a"], `["z"]`)
+		a.mustDo(t, "POST", cpPath("del", 3)+"/abort", "", 200, nil)
+		a.mustProblem(t, request{method: "DELETE", path: jobPath("del")}, 409, "job_busy")
+		a.ack(t, "del", 3, "a", epochs["a"])
 		a.mustDo(t, "DELETE", jobPath("del"), "", 204, nil)
 		a.mustProblem(t, request{method: "GET", path: jobPath("del")}, 404, "not_found")
 		a.mustProblem(t, request{method: "GET", path: cpPath("del", 1)}, 404, "not_found")
@@ -227,8 +234,8 @@ func TestProtocol(t *testing.T) {
 		if reg := a.register(t, "del", "a"); reg.Epoch <= epochs["a"] {
 			t.Errorf("epoch after re-creating the job = %d, want more than %d", reg.Epoch, epochs["a"])
 		}
-		if cp := a.prepare(t, "del", ""); cp.Id != 3 {
-			t.Errorf("first checkpoint after re-creating the job = %d, want 3 (ids are never reused)", cp.Id)
+		if cp := a.prepare(t, "del", ""); cp.Id != 4 {
+			t.Errorf("first checkpoint after re-creating the job = %d, want 4 (ids are never reused)", cp.Id)
 		}
 
 		// A checkpoint keeps the configuration it opened with.
@@ -264,6 +271,7 @@ func TestProtocol(t *testing.T) {
 		if cp := a.get(t, "reg", 1); cp.Status != coordinatorclient.Aborted || cp.AbortReason == nil || !strings.Contains(*cp.AbortReason, "b") {
 			t.Errorf("checkpoint 1 after b registered again: %+v", cp)
 		}
+		a.mustProblem(t, request{method: "PUT", path: ackPath("reg", 1, "a"), body: ackBody(1)}, 409, "not_registered")
 		ea := a.register(t, "reg", "a").Epoch
 		eb := a.getJob(t, "reg").Epochs["b"]
 		for range 3 {
@@ -484,6 +492,22 @@ func TestProtocol(t *testing.T) {
 		}
 		if j := a.getJob(t, "order"); *j.LastCheckpoint != 6 || *j.LastCommitted != 2 {
 			t.Errorf("job: last %v, committed %v", *j.LastCheckpoint, *j.LastCommitted)
+		}
+		// Waiting for a lower checkpoint does not extend a deadline: 8 has every vote but
+		// 7 is preparing; 8 is aborted at its deadline, 7 stays.
+		a.prepare(t, "order", "")
+		a.prepare(t, "order", `{"timeout_ms":300}`)
+		a.vote(t, "order", 8, "a", e["a"], "")
+		if cp := a.vote(t, "order", 8, "b", e["b"], ""); cp.Status != coordinatorclient.Preparing {
+			t.Fatalf("checkpoint 8 with 7 open: %s", cp.Status)
+		}
+		var cp8 checkpoint
+		a.mustDo(t, "GET", cpPath("order", 8)+"?wait_ms=5000", "", 200, &cp8)
+		if cp8.Status != coordinatorclient.Aborted || cp8.DecidedAt.Before(cp8.Deadline) {
+			t.Errorf("checkpoint 8 waiting for 7 past its deadline: %s at %v (deadline %v)", cp8.Status, cp8.DecidedAt, cp8.Deadline)
+		}
+		if cp := a.get(t, "order", 7); cp.Status != coordinatorclient.Preparing {
+			t.Errorf("checkpoint 7: %s", cp.Status)
 		}
 	})
 

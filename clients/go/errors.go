@@ -77,6 +77,7 @@ func (e *APIError) Checkpoint() *Checkpoint {
 	return e.Problem.Checkpoint
 }
 
+// Error describes the answer: operation, status, code and detail.
 func (e *APIError) Error() string {
 	msg := fmt.Sprintf("%s: HTTP %d", e.Op, e.StatusCode)
 	if e.Problem != nil {
@@ -106,7 +107,10 @@ func (e *APIError) transient() bool {
 // Permanent.
 type PermanentError struct{ Err error }
 
+// Error is the wrapped error's text, marked permanent.
 func (e *PermanentError) Error() string { return "permanent: " + e.Err.Error() }
+
+// Unwrap returns the wrapped error, so errors.Is and errors.As see through it.
 func (e *PermanentError) Unwrap() error { return e.Err }
 
 // Permanent wraps err so that the Runner does not retry the call that returned it.

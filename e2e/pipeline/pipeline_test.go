@@ -233,13 +233,23 @@ func TestPipelineExactlyOnce(t *testing.T) {
 	if err := <-trigDone; err != nil {
 		t.Errorf("trigger: %v", err)
 	}
+	// Then until nobody owes anything: every decision applied and acked, rollbacks included.
 	for {
 		open, err := coord.Checkpoints(ctx, job, cc.Preparing, cc.Committing)
-		if err == nil && len(open) == 0 {
+		owed := 0
+		for _, name := range append([]string{"source"}, sinkNames...) {
+			p, perr := coord.Pending(ctx, job, name)
+			if perr != nil {
+				err = perr
+				break
+			}
+			owed += len(p.Items)
+		}
+		if err == nil && len(open) == 0 && owed == 0 {
 			break
 		}
 		if time.Now().After(finish) {
-			t.Fatalf("checkpoints still open: %d (%v)", len(open), err)
+			t.Fatalf("still open: %d checkpoints, %d items owed (%v)", len(open), owed, err)
 		}
 		time.Sleep(50 * time.Millisecond)
 	}

@@ -32,10 +32,13 @@ const (
 
 // WorkerConfig configures one worker process.
 type WorkerConfig struct {
-	Role        string `json:"role"`
+	// Role is RoleSource, RolePGSink or RoleFileSink.
+	Role string `json:"role"`
+	// Coordinator is the coordinator's base URL.
 	Coordinator string `json:"coordinator"`
-	Job         string `json:"job"`
-	Name        string `json:"name"`
+	// Job and Name are the job and the worker's participant name in it.
+	Job  string `json:"job"`
+	Name string `json:"name"`
 	// Socket is the source's unix socket (the source listens, sinks connect).
 	Socket string `json:"socket"`
 	// Source: the sinks' names, how many events, events per second.

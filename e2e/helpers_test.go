@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -379,15 +378,6 @@ func eventually(t testing.TB, timeout time.Duration, fn func() error) {
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
-}
-
-// transient reports whether a failed exchange may be retried as is: the coordinator was
-// unreachable or cut the connection, or answered 503.
-func transient(rep reply, err error) bool {
-	if err != nil {
-		return !errors.Is(err, context.Canceled)
-	}
-	return rep.status == http.StatusServiceUnavailable
 }
 
 func ptr[T any](v T) *T { return &v }

@@ -39,7 +39,7 @@ type workloadJob struct {
 
 type workload struct {
 	t              testing.TB
-	a              *api
+	apis           []*api // every request goes to one of them, chosen afresh for each attempt
 	jobs           []workloadJob
 	ledger         *ledger
 	requestTimeout time.Duration // a client gives up on one exchange after this
@@ -52,8 +52,8 @@ type workload struct {
 	got503   atomic.Int64
 }
 
-func newWorkload(t testing.TB, a *api, requestTimeout time.Duration, jobs ...workloadJob) *workload {
-	return &workload{t: t, a: a, jobs: jobs, ledger: newLedger(), requestTimeout: requestTimeout, retryFor: 45 * time.Second,
+func newWorkload(t testing.TB, apis []*api, requestTimeout time.Duration, jobs ...workloadJob) *workload {
+	return &workload{t: t, apis: apis, jobs: jobs, ledger: newLedger(), requestTimeout: requestTimeout, retryFor: 45 * time.Second,
 		epochs: map[string]map[string]int64{}}
 }
 
@@ -64,10 +64,10 @@ func (w *workload) start() {
 	for _, j := range w.jobs {
 		cfg, _ := json.Marshal(map[string]any{"participants": j.participants, "auto_commit": j.autoCommit,
 			"max_concurrent_checkpoints": j.maxConcurrent, "checkpoint_timeout_ms": j.timeoutMs})
-		w.a.mustDo(w.t, "PUT", jobPath(j.name), string(cfg), http.StatusCreated, nil)
+		w.apis[0].mustDo(w.t, "PUT", jobPath(j.name), string(cfg), http.StatusCreated, nil)
 		w.epochs[j.name] = map[string]int64{}
 		for _, p := range j.participants {
-			w.epochs[j.name][p] = w.a.register(w.t, j.name, p).Epoch
+			w.epochs[j.name][p] = w.apis[0].register(w.t, j.name, p).Epoch
 		}
 	}
 	for _, j := range w.jobs {
@@ -93,7 +93,7 @@ func (w *workload) call(r request) (reply, bool) {
 	for {
 		ctx, cancel := context.WithTimeout(context.Background(), w.requestTimeout)
 		sent := w.ledger.tick()
-		rep, err := w.a.send(ctx, r)
+		rep, err := w.apis[rand.IntN(len(w.apis))].send(ctx, r)
 		cancel()
 		rep.sent, rep.received = sent, w.ledger.tick()
 		switch {

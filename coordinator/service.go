@@ -176,6 +176,10 @@ func (s *Service) Register(ctx context.Context, job, participant string) (*Pendi
 		if err != nil {
 			return err
 		}
+		// What expired stands even if the registration is refused.
+		if err := s.save(ctx, tx, &round.Changes); err != nil {
+			return err
+		}
 		owing, err := s.checkParticipant(ctx, tx, participant)
 		if err != nil {
 			return err
@@ -431,6 +435,10 @@ func (s *Service) onCheckpoint(ctx context.Context, job string, id int64, rule f
 			return err
 		}
 		cp := findCheckpoint(id, round.Preparing, round.Statuses)
+		// What expired stands even if the request is refused.
+		if err := s.save(ctx, tx, &round.Changes); err != nil {
+			return err
+		}
 		if cp == nil {
 			if cp, err = tx.Checkpoint(ctx, id); err != nil {
 				return checkpointError(job, id, err)

@@ -57,6 +57,15 @@ type PGSink struct {
 	GIDPrefix string
 	// Logger; nil means no logging.
 	Logger *slog.Logger
+
+	// uncertain holds the GIDs of failed Prepare calls that sent PREPARE TRANSACTION: the
+	// server may have prepared them before the connection failed (a crash, a lost
+	// answer). Their checkpoints never got a prepared vote with them, so nobody will ask
+	// for them: the next Prepare rolls them back.
+	uncertain map[string]bool
+	// afterPrepare, when set (by tests), runs after PREPARE TRANSACTION succeeded; its
+	// error fails Prepare as a lost answer would.
+	afterPrepare func() error
 }
 
 var (
@@ -106,8 +115,15 @@ func (s *PGSink) GID(checkpoint int64) string {
 }
 
 // Prepare writes the checkpoint's events in a transaction and prepares it. A checkpoint
-// without events prepares nothing and votes with no committables.
+// without events prepares nothing and votes with no committables. It first rolls back the
+// transactions that earlier failed Prepare calls may have left prepared.
 func (s *PGSink) Prepare(ctx context.Context, checkpoint int64) ([]PGCommittable, error) {
+	for gid := range s.uncertain {
+		if _, err := s.Pool.Exec(ctx, "ROLLBACK PREPARED "+quote(gid)); err != nil && !undefinedObject(err) {
+			return nil, fmt.Errorf("roll back %s, left by a failed prepare: %w", gid, err)
+		}
+		delete(s.uncertain, gid)
+	}
 	events, err := s.Input.Take(ctx, checkpoint)
 	if err != nil {
 		return nil, err
@@ -141,7 +157,15 @@ func (s *PGSink) Prepare(ctx context.Context, checkpoint int64) ([]PGCommittable
 	if _, err := conn.Exec(ctx, "INSERT INTO twophase_sink_commits (gid, rows) VALUES ($1, $2)", gid, len(events)); err != nil {
 		return fail("mark", err)
 	}
-	if _, err := conn.Exec(ctx, "PREPARE TRANSACTION "+quote(gid)); err != nil {
+	_, err = conn.Exec(ctx, "PREPARE TRANSACTION "+quote(gid))
+	if err == nil && s.afterPrepare != nil {
+		err = s.afterPrepare()
+	}
+	if err != nil {
+		if s.uncertain == nil {
+			s.uncertain = map[string]bool{}
+		}
+		s.uncertain[gid] = true
 		return fail("prepare", err)
 	}
 	s.log().Debug("prepared", "gid", gid, "rows", len(events))

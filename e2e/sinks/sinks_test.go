@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"net/http/httptest"
 	"os"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -415,4 +416,42 @@ func testCrashDuringCommit[C any](t *testing.T, fx *fixture[C]) {
 	startRunner(t, fx, "j", "sink", fx.newSink("j", "sink", tenPer))
 	waitFor(t, "the owed commit", func() bool { return status(t, fx, "j", 1) == cc.Committed })
 	checkHeld(t, fx, 10)
+}
+
+// A PREPARE TRANSACTION whose answer is lost (here: an error right after it) leaves a
+// prepared transaction that no vote names: the sink rolls it back before its next prepare,
+// so nothing is left over and nothing of it is ever committed.
+func TestPGSinkRollsBackUncertainPrepare(t *testing.T) {
+	t.Parallel()
+	cluster := harness.StartCluster(t)
+	fx := pgFixture(t, cluster)
+	putJob(t, fx, "j", "sink")
+	s := fx.newSink("j", "sink", tenPer).(*sinks.PGSink)
+	var calls atomic.Int64
+	sinks.SetAfterPrepare(s, func() error {
+		if calls.Add(1) == 1 {
+			return errors.New("connection lost after PREPARE TRANSACTION")
+		}
+		return nil
+	})
+	startRunner(t, fx, "j", "sink", sink[sinks.PGCommittable](s))
+	ctx := context.Background()
+	if _, err := fx.coord.OpenCheckpoint(ctx, "j", "", 0); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "the abort of checkpoint 1", func() bool { return status(t, fx, "j", 1) == cc.Aborted })
+	if l := fx.leftovers(t); len(l) != 1 {
+		t.Fatalf("prepared transactions %v, want the uncertain one", l)
+	}
+	if _, err := fx.coord.OpenCheckpoint(ctx, "j", "", 0); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "the commit of checkpoint 2", func() bool { return status(t, fx, "j", 2) == cc.Committed })
+	if l := fx.leftovers(t); len(l) != 0 {
+		t.Errorf("left over: %v", l)
+	}
+	held := fx.held(t)
+	if len(held) != 10 || held[0].Seq != 11 || held[9].Seq != 20 {
+		t.Errorf("holds %v, want events 11..20 of checkpoint 2 only", held)
+	}
 }

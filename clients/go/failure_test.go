@@ -323,3 +323,52 @@ func TestVoteRetriedAfterLostAnswer(t *testing.T) {
 		t.Errorf("commits %+v", got)
 	}
 }
+
+// recovering is a recorder whose Recover fails a few times (its database is still
+// starting), then succeeds.
+type recovering struct {
+	*recorder
+	failures  int
+	recovered atomic.Int64
+	owed      []int64
+}
+
+func (p *recovering) Recover(ctx context.Context, epoch int64, pending []cc.Item[txn]) error {
+	if p.recovered.Add(1) <= int64(p.failures) {
+		return errors.New("database not up yet")
+	}
+	for _, it := range pending {
+		p.owed = append(p.owed, it.Checkpoint)
+	}
+	return nil
+}
+
+// Recover runs after registration, with what is owed, before anything is applied; its
+// errors are retried.
+func TestRecoverRetriedBeforeOwedItems(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ctx := context.Background()
+	b.putJob(t, "j", cc.JobConfig{Participants: []string{"a"}})
+	old, _ := b.coord.Register(ctx, "j", "a")
+	b.open(t, "j")
+	msg := cc.Committables(`[{"participant":"a","checkpoint":1}]`)
+	if _, err := b.coord.Vote(ctx, "j", 1, "a", cc.VoteRequest{Epoch: old.Epoch, Vote: cc.VoteKindPrepared, Committables: &msg}); err != nil {
+		t.Fatal(err)
+	}
+	p := &recovering{recorder: newRecorder(t, b, "j", "a"), failures: 2}
+	p.commit = func(context.Context, int64, []txn) error {
+		if p.recovered.Load() != 3 {
+			t.Error("commit before a successful Recover")
+		}
+		return nil
+	}
+	_, stop := run(t, b, "j", "a", cc.Participant[txn](p))
+	b.waitStatus(t, "j", 1, cc.Committed)
+	if err := stop(); err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Equal(p.owed, []int64{1}) {
+		t.Errorf("Recover saw %v owed, want [1]", p.owed)
+	}
+}

@@ -41,7 +41,8 @@ type Participant[C any] interface {
 // the coordinator when it starts, such as prepared transactions or temp files left by a
 // process that died between preparing and voting (which no pending item names, since its
 // vote was never recorded). Recover is called once per Run, after registration and before
-// any item is processed; pending is what the participant owes (an error stops Run).
+// any item is processed; pending is what the participant owes. An error is retried with
+// backoff like one of Commit; a Permanent one stops Run.
 type Recoverer[C any] interface {
 	Recover(ctx context.Context, epoch int64, pending []Item[C]) error
 }
@@ -122,7 +123,7 @@ func (r *Runner[C]) Epoch() int64 { return r.epoch.Load() }
 
 // Run registers and serves the protocol until ctx ends (it returns ctx's cause) or
 // something fatal happens: ErrFenced (a newer instance registered: this one must stop
-// writing), ErrVoteConflict, a Permanent error of Commit or Abort, a Recover error, or a
+// writing), ErrVoteConflict, a Permanent error of Commit, Abort or Recover, or a
 // refusal of the coordinator that retrying cannot change (ErrNotFound, ...). Transient
 // failures of the coordinator are retried inside, for as long as ctx lasts.
 func (r *Runner[C]) Run(ctx context.Context) error {
@@ -141,8 +142,8 @@ func (r *Runner[C]) Run(ctx context.Context) error {
 		return err
 	}
 	if rec, ok := r.participant.(Recoverer[C]); ok {
-		if err := rec.Recover(ctx, reg.Epoch, items); err != nil {
-			return fmt.Errorf("recover %s/%s: %w", r.job, r.name, err)
+		if err := r.retryParticipant(ctx, 0, "recover", func() error { return rec.Recover(ctx, reg.Epoch, items) }); err != nil {
+			return err
 		}
 	}
 	for first := true; ; first = false {

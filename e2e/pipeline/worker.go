@@ -111,8 +111,12 @@ func runWorker(ctx context.Context, cfg WorkerConfig, log *slog.Logger) error {
 			}
 			defer pool.Close()
 			sink := &sinks.PGSink{Pool: pool, Coordinator: coord, Job: cfg.Job, Name: cfg.Name, Table: cfg.Table, Input: in, Logger: log}
-			if err := sink.Setup(ctx); err != nil {
-				return err
+			// The database may be down (crashed by the test) while this process starts.
+			for err := sink.Setup(ctx); err != nil; err = sink.Setup(ctx) {
+				log.Warn("setup failed, retrying", "error", err)
+				if sleep(ctx, 200*time.Millisecond) != nil {
+					return ctx.Err()
+				}
 			}
 			go func() {
 				errs <- cc.NewRunner(coord, cfg.Job, cfg.Name, cc.Participant[sinks.PGCommittable](sink), opts).Run(ctx)

@@ -41,6 +41,9 @@ func (emptyStore) ListCheckpoints(context.Context, coordinator.CheckpointQuery) 
 	return nil, nil
 }
 func (emptyStore) ExpiredJobs(context.Context) ([]string, error) { return nil, nil }
+func (emptyStore) GetCheckpoint(context.Context, string, int64) (*coordinator.Checkpoint, error) {
+	return nil, coordinator.ErrNotFound
+}
 func (emptyStore) Subscribe(string, int64) (<-chan struct{}, func()) {
 	return make(chan struct{}), func() {}
 }

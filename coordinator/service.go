@@ -355,12 +355,14 @@ func (s *Service) GetCheckpoint(ctx context.Context, job string, id int64, wait 
 }
 
 func (s *Service) readCheckpoint(ctx context.Context, job string, id int64) (*Checkpoint, error) {
-	var cp *Checkpoint
-	err := s.store.View(ctx, job, func(tx JobTx) (err error) {
-		cp, err = tx.Checkpoint(ctx, id)
-		return checkpointError(job, id, err)
-	})
-	return cp, jobError(job, err)
+	cp, err := s.store.GetCheckpoint(ctx, job, id)
+	if err != nil {
+		return nil, jobError(job, err)
+	}
+	if cp == nil {
+		return nil, checkpointError(job, id, ErrNotFound)
+	}
+	return cp, nil
 }
 
 // Vote records a participant's vote and returns the checkpoint as it stands after it.

@@ -21,6 +21,10 @@ type Store interface {
 	// View runs fn on a consistent snapshot of the job, without its lock. Writes through
 	// tx fail. ErrNotFound if the job does not exist.
 	View(ctx context.Context, job string, fn func(tx JobTx) error) error
+	// GetCheckpoint reads one checkpoint outside any transaction: the hot path of long
+	// polls. ErrNotFound if the job does not exist; nil and no error if the job exists but
+	// the checkpoint does not.
+	GetCheckpoint(ctx context.Context, job string, id int64) (*Checkpoint, error)
 	// PutJob creates the job or replaces its configuration, atomically. created is true when
 	// the job did not exist (or had been deleted).
 	PutJob(ctx context.Context, name string, cfg JobConfig) (job *Job, created bool, err error)

@@ -325,6 +325,33 @@ func (s *Store) ListCheckpoints(ctx context.Context, q coordinator.CheckpointQue
 	return cps, translate(err)
 }
 
+var getCheckpointSQL = checkpointsSQL(`
+	SELECT c.*, 0 AS ord FROM checkpoints c JOIN jobs j ON j.name = c.job AND NOT j.deleted
+	WHERE c.job = $1 AND c.id = $2`)
+
+// GetCheckpoint implements coordinator.Store in one statement (two when it finds nothing).
+func (s *Store) GetCheckpoint(ctx context.Context, job string, id int64) (*coordinator.Checkpoint, error) {
+	rows, err := s.pool.Query(ctx, getCheckpointSQL, job, id)
+	if err != nil {
+		return nil, translate(err)
+	}
+	cps, err := scanCheckpoints(rows)
+	if err != nil {
+		return nil, translate(err)
+	}
+	if len(cps) > 0 {
+		return cps[0], nil
+	}
+	var exists bool
+	if err := s.pool.QueryRow(ctx, "SELECT EXISTS (SELECT 1 FROM jobs WHERE name = $1 AND NOT deleted)", job).Scan(&exists); err != nil {
+		return nil, translate(err)
+	}
+	if !exists {
+		return nil, coordinator.ErrNotFound
+	}
+	return nil, nil
+}
+
 // ExpiredJobs implements coordinator.Store.
 func (s *Store) ExpiredJobs(ctx context.Context) ([]string, error) {
 	rows, err := s.pool.Query(ctx, "SELECT DISTINCT job FROM checkpoints WHERE status = 'preparing' AND deadline <= clock_timestamp()")

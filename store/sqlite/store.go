@@ -302,6 +302,20 @@ func (s *Store) Update(ctx context.Context, job string, fn func(tx coordinator.J
 	return s.update(ctx, job, fn)
 }
 
+// GetCheckpoint implements coordinator.Store, in a read transaction.
+func (s *Store) GetCheckpoint(ctx context.Context, job string, id int64) (*coordinator.Checkpoint, error) {
+	var cp *coordinator.Checkpoint
+	err := s.run(ctx, job, func(tx coordinator.JobTx) error {
+		var err error
+		cp, err = tx.Checkpoint(ctx, id)
+		if err == coordinator.ErrNotFound {
+			cp, err = nil, nil
+		}
+		return err
+	})
+	return cp, err
+}
+
 // View implements coordinator.Store.
 func (s *Store) View(ctx context.Context, job string, fn func(tx coordinator.JobTx) error) error {
 	return s.run(ctx, job, fn)

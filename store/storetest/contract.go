@@ -56,6 +56,7 @@ func runContract(t *testing.T, o opener) {
 		{"Subscribe/WokenByDecisionInRejectedUpdate", testSubscribeWokenOnRejection},
 		{"Subscribe/CancelLeavesOthersWaiting", testSubscribeCancel},
 		{"Ready", testReady},
+		{"GetCheckpoint", testGetCheckpoint},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -1251,5 +1252,33 @@ func testSubscribeCancel(t *testing.T, b *bundle) {
 func testReady(t *testing.T, b *bundle) {
 	if err := b.store.Ready(b.ctx); err != nil {
 		t.Fatalf("Ready on a migrated store: %v", err)
+	}
+}
+
+// testGetCheckpoint: the read outside a transaction tells a missing job (ErrNotFound) from a
+// missing checkpoint (nil, nil) and returns the checkpoint as a transaction reads it.
+func testGetCheckpoint(t *testing.T, b *bundle) {
+	if cp, err := b.store.GetCheckpoint(b.ctx, "nope", 1); err != coordinator.ErrNotFound || cp != nil {
+		t.Fatalf("GetCheckpoint on a missing job: %v, %v; want nil, ErrNotFound itself", cp, err)
+	}
+	b.putJob("j", config("a", "b"))
+	if cp, err := b.store.GetCheckpoint(b.ctx, "j", 1); err != nil || cp != nil {
+		t.Fatalf("GetCheckpoint of a missing checkpoint: %v, %v; want nil, nil", cp, err)
+	}
+	b.insert("j", nil)
+	b.saveVote("j", 1, "a", coordinator.VotePrepared, `[{"z":1,"a":2}]`)
+	var want *coordinator.Checkpoint
+	b.view("j", func(tx coordinator.JobTx) (err error) {
+		want, err = tx.Checkpoint(b.ctx, 1)
+		return err
+	})
+	got, err := b.store.GetCheckpoint(b.ctx, "j", 1)
+	if err != nil || got == nil {
+		t.Fatalf("GetCheckpoint: %v, %v", got, err)
+	}
+	if got.ID != 1 || got.Status != want.Status || len(got.Participants) != 2 ||
+		string(got.Participants[0].Committables) != `[{"z":1,"a":2}]` || got.Participants[0].Vote != coordinator.VotePrepared ||
+		!got.Deadline.Equal(want.Deadline) || got.Seq != want.Seq {
+		t.Fatalf("GetCheckpoint returned %+v, want %+v", got, want)
 	}
 }

@@ -157,6 +157,19 @@ func (s *memStore) Update(ctx context.Context, job string, fn func(tx coordinato
 	return err
 }
 
+func (s *memStore) GetCheckpoint(ctx context.Context, job string, id int64) (*coordinator.Checkpoint, error) {
+	var cp *coordinator.Checkpoint
+	err := s.View(ctx, job, func(tx coordinator.JobTx) error {
+		var err error
+		cp, err = tx.Checkpoint(ctx, id)
+		if err == coordinator.ErrNotFound {
+			cp, err = nil, nil
+		}
+		return err
+	})
+	return cp, err
+}
+
 func (s *memStore) View(ctx context.Context, job string, fn func(tx coordinator.JobTx) error) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()

@@ -17,22 +17,57 @@ import (
 	"github.com/twophase/coordinator/coordinator"
 	"github.com/twophase/coordinator/store/pgtest"
 	"github.com/twophase/coordinator/store/postgres"
+	"github.com/twophase/coordinator/store/sqlite"
 )
 
-// These tests run the HTTP layer on the real service and a real Postgres database (one
-// per test, from pgtest), through the generated client and through raw requests.
+// These tests run the HTTP layer on the real service, once on a real Postgres database (one
+// per test, from pgtest) and once on the embedded store (one data directory per test),
+// through the generated client and through raw requests.
 
 // bundle is what a test needs: a server on its own database and clients of it.
 type bundle struct {
 	url    string
 	client *coordinatorclient.ClientWithResponses
-	store  *postgres.Store
+	store  coordinator.Store
 }
+
+// storeKinds are the stores every HTTP test runs on: the same behaviour is asserted of
+// both (issue 3's conformance at the HTTP level).
+var storeKinds = []string{"postgres", "embedded"}
+
+// onEachStore runs test once per store, as subtests named after the store; setup reads
+// the name to open the right one.
+func onEachStore(t *testing.T, test func(t *testing.T)) {
+	t.Parallel()
+	for _, kind := range storeKinds {
+		t.Run(kind, func(t *testing.T) {
+			t.Parallel()
+			test(t)
+		})
+	}
+}
+
+func TestCurlRound(t *testing.T)               { onEachStore(t, testCurlRound) }
+func TestClientRound(t *testing.T)             { onEachStore(t, testClientRound) }
+func TestErrorCodes(t *testing.T)              { onEachStore(t, testErrorCodes) }
+func TestBadInputChangesNothing(t *testing.T)  { onEachStore(t, testBadInputChangesNothing) }
+func TestCommittablesByteForByte(t *testing.T) { onEachStore(t, testCommittablesByteForByte) }
+func TestPagination(t *testing.T)              { onEachStore(t, testPagination) }
+func TestDeadlineAndLongPoll(t *testing.T)     { onEachStore(t, testDeadlineAndLongPoll) }
+func TestIdempotentWrites(t *testing.T)        { onEachStore(t, testIdempotentWrites) }
+func TestRequestIDEchoed(t *testing.T)         { onEachStore(t, testRequestIDEchoed) }
+func TestUnavailable(t *testing.T)             { onEachStore(t, testUnavailable) }
 
 func setup(t *testing.T) *bundle {
 	t.Helper()
 	ctx := context.Background()
-	store, err := postgres.Open(ctx, pgtest.URL(t), postgres.Options{})
+	var store coordinator.Store
+	var err error
+	if strings.Contains(t.Name(), "/embedded") {
+		store, err = sqlite.Open(ctx, t.TempDir(), sqlite.Options{Migrate: true})
+	} else {
+		store, err = postgres.Open(ctx, pgtest.URL(t), postgres.Options{})
+	}
 	if err != nil {
 		t.Fatalf("open store: %v", err)
 	}
@@ -149,8 +184,7 @@ func ackPathOf(job string, id int64, p string) string {
 }
 
 // TestCurlRound plays PROTOCOL.md's "A round, by curl", request for request.
-func TestCurlRound(t *testing.T) {
-	t.Parallel()
+func testCurlRound(t *testing.T) {
 	b := setup(t)
 
 	var job Job
@@ -205,8 +239,7 @@ func TestCurlRound(t *testing.T) {
 }
 
 // TestClientRound drives every operation through the generated client.
-func TestClientRound(t *testing.T) {
-	t.Parallel()
+func testClientRound(t *testing.T) {
 	b := setup(t)
 	ctx := context.Background()
 	c := b.client
@@ -377,8 +410,7 @@ func TestClientRound(t *testing.T) {
 }
 
 // TestErrorCodes provokes every error code of PROTOCOL.md through the real service.
-func TestErrorCodes(t *testing.T) {
-	t.Parallel()
+func testErrorCodes(t *testing.T) {
 	b := setup(t)
 	b.job(t, "j", `{"participants":["a","b"],"auto_commit":false,"max_concurrent_checkpoints":2}`, "a", "b")
 	b.call(t, "POST", "/v1/jobs/j/checkpoints", "", "").ok(t, 201, nil) // 1
@@ -512,8 +544,7 @@ func TestErrorCodes(t *testing.T) {
 
 // TestBadInputChangesNothing sends malformed requests and checks that the state is as it
 // was (rule 10), and that each one is a 4xx problem.
-func TestBadInputChangesNothing(t *testing.T) {
-	t.Parallel()
+func testBadInputChangesNothing(t *testing.T) {
 	b := setup(t)
 	b.job(t, "j", `{"participants":["a","b"]}`, "a", "b")
 	b.call(t, "POST", "/v1/jobs/j/checkpoints", "", "").ok(t, 201, nil)
@@ -617,8 +648,7 @@ func TestBadInputChangesNothing(t *testing.T) {
 
 // TestCommittablesByteForByte checks that committables come back exactly as stored: the
 // same bytes, HTML-sensitive characters, escapes, key order and number spelling included.
-func TestCommittablesByteForByte(t *testing.T) {
-	t.Parallel()
+func testCommittablesByteForByte(t *testing.T) {
 	b := setup(t)
 	b.job(t, "j", `{"participants":["a"],"auto_commit":true}`, "a")
 	b.call(t, "POST", "/v1/jobs/j/checkpoints", "", "").ok(t, 201, nil)
@@ -638,8 +668,7 @@ func TestCommittablesByteForByte(t *testing.T) {
 	}
 }
 
-func TestPagination(t *testing.T) {
-	t.Parallel()
+func testPagination(t *testing.T) {
 	b := setup(t)
 	names := []string{"a1", "a2", "b1", "b2", "c1"}
 	for _, n := range names {
@@ -743,8 +772,7 @@ func TestPagination(t *testing.T) {
 	})
 }
 
-func TestDeadlineAndLongPoll(t *testing.T) {
-	t.Parallel()
+func testDeadlineAndLongPoll(t *testing.T) {
 	b := setup(t)
 	b.job(t, "j", `{"participants":["a","b"],"max_concurrent_checkpoints":5}`, "a", "b")
 
@@ -794,8 +822,7 @@ func TestDeadlineAndLongPoll(t *testing.T) {
 	})
 }
 
-func TestIdempotentWrites(t *testing.T) {
-	t.Parallel()
+func testIdempotentWrites(t *testing.T) {
 	b := setup(t)
 	b.job(t, "j", `{"participants":["a"],"auto_commit":false}`, "a")
 	b.call(t, "POST", "/v1/jobs/j/checkpoints", "", "").ok(t, 201, nil)
@@ -824,8 +851,7 @@ func TestIdempotentWrites(t *testing.T) {
 	}
 }
 
-func TestRequestIDEchoed(t *testing.T) {
-	t.Parallel()
+func testRequestIDEchoed(t *testing.T) {
 	b := setup(t)
 	a := b.call(t, "GET", "/v1/jobs", "", "", "X-Request-Id", "my-trace-123")
 	if got := a.header.Get("X-Request-Id"); got != "my-trace-123" {
@@ -838,8 +864,7 @@ func TestRequestIDEchoed(t *testing.T) {
 }
 
 // TestUnavailable checks that a database that is gone answers 503 with Retry-After.
-func TestUnavailable(t *testing.T) {
-	t.Parallel()
+func testUnavailable(t *testing.T) {
 	b := setup(t)
 	b.job(t, "j", `{"participants":["a"]}`)
 	b.store.Close()

@@ -333,25 +333,32 @@ func (s *Service) GetCheckpoint(ctx context.Context, job string, id int64, wait 
 		f.add("wait_ms", "must be from 0 to %d", MaxLongPoll.Milliseconds())
 		return nil, f.err()
 	}
-	var decided <-chan struct{}
-	if wait > 0 {
-		ch, cancel := s.store.Subscribe(job, id)
-		defer cancel()
-		decided = ch
-	}
-	cp, err := s.readCheckpoint(ctx, job, id)
-	if err != nil || wait == 0 || cp.Status != StatusPreparing {
-		return cp, err
+	if wait == 0 {
+		return s.readCheckpoint(ctx, job, id)
 	}
 	timer := time.NewTimer(wait)
 	defer timer.Stop()
-	select {
-	case <-decided:
-	case <-timer.C:
-	case <-ctx.Done():
-		return nil, ctx.Err()
+	for {
+		// Subscribe before reading, so that a decision after the read wakes us. A wake-up
+		// may be spurious (a store that lost its notifications wakes every waiter), so the
+		// wait goes on until the checkpoint is decided or the time is up.
+		decided, cancel := s.store.Subscribe(job, id)
+		cp, err := s.readCheckpoint(ctx, job, id)
+		if err != nil || cp.Status != StatusPreparing {
+			cancel()
+			return cp, err
+		}
+		select {
+		case <-decided:
+			cancel()
+		case <-timer.C:
+			cancel()
+			return s.readCheckpoint(ctx, job, id)
+		case <-ctx.Done():
+			cancel()
+			return nil, ctx.Err()
+		}
 	}
-	return s.readCheckpoint(ctx, job, id)
 }
 
 func (s *Service) readCheckpoint(ctx context.Context, job string, id int64) (*Checkpoint, error) {

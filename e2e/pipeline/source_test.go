@@ -234,11 +234,9 @@ func TestSourceRewindsOnAbortAndRestart(t *testing.T) {
 	}
 	t.Logf("%d events, %d checkpoints (%d aborted), first source: %d rewinds, %d sent; second: %d rewinds, %d sent",
 		total, len(cps), aborted, rewindsBefore, sentBefore, src2.Rewinds(), src2.Sent())
-	// Once on start, and once per declined checkpoint, unless the rewind of one decline
-	// aborted the next declined checkpoint before its barrier went out.
-	if rewindsBefore < 2 {
-		t.Errorf("the first source rewound %d times: the declined checkpoints did not make it rewind", rewindsBefore)
-	}
+	// How often the first source rewound is not asserted: a checkpoint declined before the
+	// source sent its barrier needs no rewind, and which comes first is down to scheduling.
+	// A missing rewind where one was needed shows above, as events lost by the sinks.
 	if src2.Sent() == 0 || sentBefore+src2.Sent() <= total {
 		t.Errorf("sent %d + %d events for %d: nothing was replayed", sentBefore, src2.Sent(), total)
 	}

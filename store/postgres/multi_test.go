@@ -1,10 +1,13 @@
 package postgres_test
 
 import (
+	"context"
 	"fmt"
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/jackc/pgx/v5"
 
 	"github.com/twophase/coordinator/coordinator"
 	"github.com/twophase/coordinator/store/pgtest"
@@ -79,5 +82,67 @@ func TestTwoCoordinatorsOneTruth(t *testing.T) {
 		}
 	case <-time.After(10 * time.Second):
 		t.Fatal("waiter on coordinator a was not woken by the decision taken on b")
+	}
+}
+
+// TestLongPollOutlastsSpuriousWakeUps cuts the store's LISTEN connection while a long-poll
+// waits: the store wakes every waiter when it reconnects (it may have missed a decision),
+// and the waiter must go on waiting for the real decision rather than answer "preparing".
+func TestLongPollOutlastsSpuriousWakeUps(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	url := pgtest.URL(t)
+	st, err := postgres.Open(ctx, url, postgres.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(st.Close)
+	svc := coordinator.NewService(st, nil)
+	cfg := coordinator.JobConfig{Participants: []string{"a"}, CheckpointTimeout: time.Minute, MaxConcurrentCheckpoints: 1, AutoCommit: true}
+	if _, _, err := svc.PutJob(ctx, "j", cfg); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := svc.Register(ctx, "j", "a"); err != nil {
+		t.Fatal(err)
+	}
+	cp, _, err := svc.Prepare(ctx, "j", coordinator.PrepareRequest{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	waited := make(chan *coordinator.Checkpoint, 1)
+	go func() {
+		got, err := svc.GetCheckpoint(ctx, "j", cp.ID, 20*time.Second)
+		if err != nil {
+			t.Error(err)
+		}
+		waited <- got
+	}()
+	time.Sleep(200 * time.Millisecond)
+	admin, err := pgx.Connect(ctx, url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer admin.Close(context.Background())
+	var cut int
+	if err := admin.QueryRow(ctx, `SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity
+		WHERE datname = current_database() AND query LIKE 'LISTEN%' AND pid <> pg_backend_pid()`).Scan(&cut); err != nil || cut != 1 {
+		t.Fatalf("terminated %d LISTEN connections (%v), want 1", cut, err)
+	}
+	time.Sleep(700 * time.Millisecond) // the listener reconnects and wakes every waiter
+	select {
+	case got := <-waited:
+		t.Fatalf("the long-poll answered %s after a spurious wake-up, before any decision", got.Status)
+	default:
+	}
+	if _, err := svc.Vote(ctx, "j", cp.ID, "a", coordinator.Vote{Epoch: 1, Kind: coordinator.VotePrepared}); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case got := <-waited:
+		if got.Status != coordinator.StatusCommitting {
+			t.Fatalf("the long-poll answered %s, want committing", got.Status)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("the long-poll was not woken by the decision")
 	}
 }

@@ -92,3 +92,115 @@ func BenchmarkRound(b *testing.B) {
 		})
 	}
 }
+
+// The hot paths one at a time, on one job of two registered participants. Each iteration
+// prepares its own checkpoint with the timer stopped; `go test -bench 'Path' -count 6` output
+// feeds benchstat.
+func BenchmarkPath(b *testing.B) {
+	ctx := context.Background()
+	prepared := coordinator.Vote{Epoch: 1, Kind: coordinator.VotePrepared, Committables: []byte(`[{"txn":"t"}]`)}
+	// open prepares a checkpoint and brings it to the given stage: 0 none, 1 a voted,
+	// 2 both voted (committing), 3 a acked.
+	open := func(b *testing.B, svc *coordinator.Service, stage int) int64 {
+		if stage < 0 {
+			return 0
+		}
+		cp, _, err := svc.Prepare(ctx, "job-0", coordinator.PrepareRequest{})
+		if err != nil {
+			b.Fatal(err)
+		}
+		for i, p := range []string{"a", "b"} {
+			if stage > i {
+				if _, err := svc.Vote(ctx, "job-0", cp.ID, p, prepared); err != nil {
+					b.Fatal(err)
+				}
+			}
+		}
+		if stage > 2 {
+			if _, err := svc.Ack(ctx, "job-0", cp.ID, "a", 1); err != nil {
+				b.Fatal(err)
+			}
+		}
+		return cp.ID
+	}
+	// finish completes or aborts whatever the iteration left open, timer stopped.
+	finish := func(b *testing.B, svc *coordinator.Service, id int64) {
+		cp, err := svc.GetCheckpoint(ctx, "job-0", id, 0)
+		if err != nil {
+			b.Fatal(err)
+		}
+		switch cp.Status {
+		case coordinator.StatusPreparing:
+			_, err = svc.Abort(ctx, "job-0", id, "benchmark")
+		case coordinator.StatusCommitting:
+			for _, p := range []string{"a", "b"} {
+				if _, err = svc.Ack(ctx, "job-0", id, p, 1); err != nil {
+					break
+				}
+			}
+		}
+		if err != nil {
+			b.Fatal(err)
+		}
+	}
+	run := func(name string, stage int, timed func(b *testing.B, svc *coordinator.Service, id int64) int64) {
+		b.Run(name, func(b *testing.B) {
+			svc, _ := benchService(b, 1)
+			b.ResetTimer()
+			for b.Loop() {
+				b.StopTimer()
+				id := open(b, svc, stage)
+				b.StartTimer()
+				id = timed(b, svc, id)
+				b.StopTimer()
+				finish(b, svc, id)
+				b.StartTimer()
+			}
+		})
+	}
+	run("prepare", -1, func(b *testing.B, svc *coordinator.Service, _ int64) int64 {
+		cp, _, err := svc.Prepare(ctx, "job-0", coordinator.PrepareRequest{})
+		if err != nil {
+			b.Fatal(err)
+		}
+		return cp.ID
+	})
+	run("vote", 0, func(b *testing.B, svc *coordinator.Service, id int64) int64 {
+		if _, err := svc.Vote(ctx, "job-0", id, "a", prepared); err != nil {
+			b.Fatal(err)
+		}
+		return id
+	})
+	run("decision", 1, func(b *testing.B, svc *coordinator.Service, id int64) int64 {
+		cp, err := svc.Vote(ctx, "job-0", id, "b", prepared)
+		if err != nil || cp.Status != coordinator.StatusCommitting {
+			b.Fatal(cp, err)
+		}
+		return id
+	})
+	run("ack", 2, func(b *testing.B, svc *coordinator.Service, id int64) int64 {
+		if _, err := svc.Ack(ctx, "job-0", id, "a", 1); err != nil {
+			b.Fatal(err)
+		}
+		return id
+	})
+	// The time from the deciding vote's request to a waiting long-poll's answer.
+	run("long-poll-wake-up", 1, func(b *testing.B, svc *coordinator.Service, id int64) int64 {
+		b.StopTimer()
+		woken := make(chan time.Time, 1)
+		go func() {
+			cp, err := svc.GetCheckpoint(ctx, "job-0", id, 10*time.Second)
+			if err != nil || cp.Status != coordinator.StatusCommitting {
+				b.Error(cp, err)
+			}
+			woken <- time.Now()
+		}()
+		time.Sleep(2 * time.Millisecond) // let the waiter subscribe
+		b.StartTimer()
+		if _, err := svc.Vote(ctx, "job-0", id, "b", prepared); err != nil {
+			b.Fatal(err)
+		}
+		<-woken
+		return id
+	})
+}

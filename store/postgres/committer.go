@@ -2,7 +2,6 @@ package postgres
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"hash/maphash"
 	"slices"
@@ -11,6 +10,7 @@ import (
 	"time"
 
 	"github.com/twophase/coordinator/coordinator"
+	"github.com/twophase/coordinator/store/groupcommit"
 )
 
 // committer group-commits updates: each writer takes every update queued for it, runs them
@@ -23,7 +23,7 @@ import (
 // again one by one, so that one failing update does not fail the others.
 type committer struct {
 	store    *Store
-	queues   []chan *op
+	queues   []*groupcommit.Queue
 	maxBatch int
 	seed     maphash.Seed
 	stop     chan struct{}
@@ -36,16 +36,6 @@ const batchTimeout = 20 * time.Second
 // maxAttempts bounds the retries of an update that hit a serialisation failure or deadlock.
 const maxAttempts = 5
 
-var errClosed = errors.New("postgres: store closed")
-
-type op struct {
-	ctx  context.Context
-	job  string
-	fn   func(coordinator.JobTx) error
-	err  error
-	done chan struct{}
-}
-
 func newCommitter(s *Store, writers, maxBatch int) *committer {
 	if writers <= 0 {
 		writers = 4
@@ -55,9 +45,17 @@ func newCommitter(s *Store, writers, maxBatch int) *committer {
 	}
 	c := &committer{store: s, maxBatch: maxBatch, seed: maphash.MakeSeed(), stop: make(chan struct{})}
 	for range writers {
-		q := make(chan *op, 1024)
+		q := groupcommit.NewQueue(c.stop)
 		c.queues = append(c.queues, q)
-		c.wg.Go(func() { c.work(q) })
+		c.wg.Go(func() {
+			for {
+				batch, ok := q.Next(c.maxBatch)
+				if !ok {
+					return
+				}
+				c.run(batch)
+			}
+		})
 	}
 	return c
 }
@@ -68,92 +66,32 @@ func (c *committer) close() {
 }
 
 func (c *committer) update(ctx context.Context, job string, fn func(coordinator.JobTx) error) error {
-	o := &op{ctx: ctx, job: job, fn: fn, done: make(chan struct{})}
-	q := c.queues[maphash.String(c.seed, job)%uint64(len(c.queues))]
-	select {
-	case q <- o:
-	case <-ctx.Done():
-		return ctx.Err()
-	case <-c.stop:
-		return coordinator.Unavailable(errClosed)
-	}
-	select {
-	case <-o.done:
-		return o.err
-	case <-ctx.Done():
-		// The update may still be applied, as when a client hangs up after sending.
-		return ctx.Err()
-	}
-}
-
-func (c *committer) work(q chan *op) {
-	for {
-		var first *op
-		select {
-		case first = <-q:
-		case <-c.stop:
-			for {
-				select {
-				case o := <-q:
-					o.finish(coordinator.Unavailable(errClosed))
-				default:
-					return
-				}
-			}
-		}
-		batch := []*op{first}
-	fill:
-		for len(batch) < c.maxBatch {
-			select {
-			case o := <-q:
-				batch = append(batch, o)
-			default:
-				break fill
-			}
-		}
-		c.run(batch)
-	}
-}
-
-func (o *op) finish(err error) {
-	o.err = err
-	close(o.done)
+	return c.queues[maphash.String(c.seed, job)%uint64(len(c.queues))].Submit(ctx, job, fn)
 }
 
 // run commits a batch, or its updates one by one if the batch fails.
-func (c *committer) run(batch []*op) {
-	live := batch[:0]
-	for _, o := range batch {
-		if err := o.ctx.Err(); err != nil {
-			o.finish(err)
-			continue
-		}
-		live = append(live, o)
-	}
-	if len(live) == 0 {
-		return
-	}
-	slices.SortStableFunc(live, func(a, b *op) int { return strings.Compare(a.job, b.job) })
+func (c *committer) run(live []*groupcommit.Op) {
+	slices.SortStableFunc(live, func(a, b *groupcommit.Op) int { return strings.Compare(a.Job, b.Job) })
 	err := c.commit(live)
 	if err == nil {
 		return
 	}
 	for _, o := range live {
 		if len(live) > 1 {
-			err = c.commit([]*op{o})
+			err = c.commit([]*groupcommit.Op{o})
 		}
 		for attempt := 1; retryable(err) && attempt < maxAttempts; attempt++ {
-			err = c.commit([]*op{o})
+			err = c.commit([]*groupcommit.Op{o})
 		}
 		if err != nil {
-			o.finish(translate(err))
+			o.Finish(translate(err))
 		}
 	}
 }
 
 // commit runs the updates in one transaction. On success it answers every update and
 // returns nil; on failure it answers none and returns the error.
-func (c *committer) commit(ops []*op) error {
+func (c *committer) commit(ops []*groupcommit.Op) error {
 	ctx, cancel := context.WithTimeout(context.Background(), batchTimeout)
 	defer cancel()
 	pooled, err := c.store.pool.Acquire(ctx)
@@ -169,14 +107,14 @@ func (c *committer) commit(ops []*op) error {
 	decided := make([][]string, len(ops))
 	for i, o := range ops {
 		t := &jobTx{ctx: ctx, conn: conn, write: true, queue: queue}
-		if err := t.begin(o.job); err != nil {
+		if err := t.begin(o.Job); err != nil {
 			if err == coordinator.ErrNotFound {
 				results[i] = err
 				continue
 			}
 			return err
 		}
-		fnErr := o.fn(t)
+		fnErr := o.Fn(t)
 		if fnErr != nil && !coordinator.IsRejection(fnErr) {
 			return fnErr
 		}
@@ -190,7 +128,7 @@ func (c *committer) commit(ops []*op) error {
 		for _, key := range decided[i] {
 			c.store.broker.NotifyKey(key)
 		}
-		o.finish(results[i])
+		o.Finish(results[i])
 	}
 	return nil
 }

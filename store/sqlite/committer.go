@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/twophase/coordinator/coordinator"
+	"github.com/twophase/coordinator/store/groupcommit"
 )
 
 // The store's one writer group-commits: it takes every update queued, runs each in a
@@ -19,71 +20,17 @@ const maxBatch = 64
 // batchTimeout bounds one group commit.
 const batchTimeout = 20 * time.Second
 
-type op struct {
-	ctx  context.Context
-	job  string
-	fn   func(coordinator.JobTx) error
-	err  error
-	done chan struct{}
-}
-
-func (o *op) finish(err error) {
-	o.err = err
-	close(o.done)
-}
-
 func (s *Store) update(ctx context.Context, job string, fn func(tx coordinator.JobTx) error) error {
-	o := &op{ctx: ctx, job: job, fn: fn, done: make(chan struct{})}
-	select {
-	case s.ops <- o:
-	case <-ctx.Done():
-		return ctx.Err()
-	case <-s.stop:
-		return coordinator.Unavailable(errClosed)
-	}
-	select {
-	case <-o.done:
-		return o.err
-	case <-ctx.Done():
-		// The update may still be applied, as when a client hangs up after sending.
-		return ctx.Err()
-	}
+	return s.queue.Submit(ctx, job, fn)
 }
 
 // write is the writer goroutine.
 func (s *Store) write() {
 	defer close(s.written)
 	for {
-		var first *op
-		select {
-		case first = <-s.ops:
-		case <-s.stop:
-			for {
-				select {
-				case o := <-s.ops:
-					o.finish(coordinator.Unavailable(errClosed))
-				default:
-					return
-				}
-			}
-		}
-		batch := []*op{first}
-	fill:
-		for len(batch) < maxBatch {
-			select {
-			case o := <-s.ops:
-				batch = append(batch, o)
-			default:
-				break fill
-			}
-		}
-		live := batch[:0]
-		for _, o := range batch {
-			if err := o.ctx.Err(); err != nil {
-				o.finish(err)
-				continue
-			}
-			live = append(live, o)
+		live, ok := s.queue.Next(maxBatch)
+		if !ok {
+			return
 		}
 		var err error
 		for attempt := 1; attempt <= maxAttempts; attempt++ {
@@ -93,14 +40,14 @@ func (s *Store) write() {
 		}
 		if err != nil {
 			for _, o := range live {
-				o.finish(translate(err))
+				o.Finish(translate(err))
 			}
 		}
 	}
 }
 
 // commit runs the updates in one transaction and, once it committed, answers them.
-func (s *Store) commit(ops []*op) error {
+func (s *Store) commit(ops []*groupcommit.Op) error {
 	if len(ops) == 0 {
 		return nil
 	}
@@ -118,9 +65,9 @@ func (s *Store) commit(ops []*op) error {
 			return err
 		}
 		t := &jobTx{tx: tx, write: true}
-		err := t.load(ctx, o.job)
+		err := t.load(ctx, o.Job)
 		if err == nil {
-			err = o.fn(t)
+			err = o.Fn(t)
 		}
 		if err != nil && !coordinator.IsRejection(err) {
 			if _, rbErr := tx.ExecContext(ctx, "ROLLBACK TO update_op"); rbErr != nil {
@@ -143,7 +90,7 @@ func (s *Store) commit(ops []*op) error {
 		if results[i] != nil && !coordinator.IsRejection(results[i]) && results[i] != coordinator.ErrNotFound {
 			results[i] = translate(results[i])
 		}
-		o.finish(results[i])
+		o.Finish(results[i])
 	}
 	return nil
 }

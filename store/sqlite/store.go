@@ -39,6 +39,7 @@ import (
 	"time"
 
 	"github.com/twophase/coordinator/coordinator"
+	"github.com/twophase/coordinator/store/groupcommit"
 )
 
 // File names inside the data directory.
@@ -77,9 +78,9 @@ type Store struct {
 	logger *slog.Logger
 	broker coordinator.Broker
 
-	ops     chan *op      // updates for the writer (committer.go)
-	stop    chan struct{} // closed by Close
-	written chan struct{} // closed when the writer has stopped
+	queue   *groupcommit.Queue // updates for the writer (committer.go)
+	stop    chan struct{}      // closed by Close
+	written chan struct{}      // closed when the writer has stopped
 
 	closeOnce sync.Once
 	closed    atomic.Bool
@@ -111,7 +112,8 @@ func Open(ctx context.Context, dataDir string, opts Options) (*Store, error) {
 		return nil, err
 	}
 	s := &Store{dir: dir, path: filepath.Join(dir, DatabaseFileName), lock: lock, logger: opts.Logger,
-		ops: make(chan *op, 1024), stop: make(chan struct{}), written: make(chan struct{})}
+		stop: make(chan struct{}), written: make(chan struct{})}
+	s.queue = groupcommit.NewQueue(s.stop)
 	if err := s.open(ctx, opts); err != nil {
 		s.release()
 		return nil, err

@@ -6,6 +6,7 @@ package groupcommit
 import (
 	"context"
 	"errors"
+	"sync/atomic"
 
 	"github.com/twophase/coordinator/coordinator"
 )
@@ -15,12 +16,19 @@ var ErrClosed = errors.New("store closed")
 
 // Op is one queued update: fn to run on Job's state within a batch.
 type Op struct {
-	Ctx  context.Context
-	Job  string
-	Fn   func(coordinator.JobTx) error
-	err  error
-	done chan struct{}
+	Ctx   context.Context
+	Job   string
+	Fn    func(coordinator.JobTx) error
+	err   error
+	done  chan struct{}
+	state atomic.Int32 // queued, taken (by a batch) or abandoned (by Submit)
 }
+
+const (
+	queued int32 = iota
+	taken
+	abandoned
+)
 
 // Finish answers the update; the store calls it once, after the batch committed (or
 // failed for good).
@@ -42,7 +50,9 @@ func NewQueue(stop <-chan struct{}) *Queue {
 }
 
 // Submit queues an update and waits for its answer. If ctx ends first it returns ctx's
-// error; the update may still be applied, as when a client hangs up after sending.
+// error: before a batch took the update, it is never run; after, it may have been applied,
+// as when a client hangs up after sending, and Submit waits for the batch so that Fn never
+// runs after Submit returned.
 func (q *Queue) Submit(ctx context.Context, job string, fn func(coordinator.JobTx) error) error {
 	o := &Op{Ctx: ctx, Job: job, Fn: fn, done: make(chan struct{})}
 	select {
@@ -61,6 +71,13 @@ func (q *Queue) Submit(ctx context.Context, job string, fn func(coordinator.JobT
 	case <-o.done:
 		return o.err
 	case <-ctx.Done():
+		if o.state.CompareAndSwap(queued, abandoned) {
+			return ctx.Err() // no batch will run it
+		}
+		// A batch runs it now; Fn must not outlive this call, so wait for the batch
+		// (bounded by the store's batch timeout). The outcome is unknown to the caller,
+		// as when a client hangs up after sending.
+		<-o.done
 		return ctx.Err()
 	case <-q.exited:
 		// Queued after the writer's last look: it will never run.
@@ -110,6 +127,9 @@ func (q *Queue) Next(max int) ([]*Op, bool) {
 		}
 		live := batch[:0]
 		for _, o := range batch {
+			if !o.state.CompareAndSwap(queued, taken) {
+				continue // abandoned by Submit, which has answered
+			}
 			if err := o.Ctx.Err(); err != nil {
 				o.Finish(err)
 				continue

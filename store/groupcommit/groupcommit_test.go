@@ -25,6 +25,9 @@ func TestQueue(t *testing.T) {
 		time.Sleep(time.Millisecond)
 	}
 	q.ops <- &Op{Ctx: cancelled, Job: "gone", done: make(chan struct{})}
+	abandonedOp := &Op{Ctx: context.Background(), Job: "abandoned", done: make(chan struct{})}
+	abandonedOp.state.Store(abandoned)
+	q.ops <- abandonedOp
 	batch, ok := q.Next(64)
 	if !ok || len(batch) != 2 || batch[0].Job != "j" || batch[1].Job != "j" {
 		t.Fatalf("Next = %d updates, %v; want the 2 live ones", len(batch), ok)

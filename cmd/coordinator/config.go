@@ -26,6 +26,7 @@ type config struct {
 	requestTimeout  time.Duration
 	shutdownTimeout time.Duration
 	sweepInterval   time.Duration
+	debugListen     string
 	logFormat       string
 	logLevel        slog.Level
 }
@@ -92,6 +93,9 @@ func define(command string, cfg *config) *settings {
 		fs.DurationVar(&cfg.sweepInterval, "sweep-interval", 200*time.Millisecond,
 			"how often (`duration`) checkpoints past their deadline are looked for and aborted; at most 1s")
 		s.twin("sweep-interval", "COORDINATOR_SWEEP_INTERVAL")
+		fs.StringVar(&cfg.debugListen, "debug-listen", "",
+			"`address` to serve Go's profiles on (/debug/pprof/), apart from the API; empty: none. Keep it on loopback: profiles show the process's internals")
+		s.twin("debug-listen", "COORDINATOR_DEBUG_LISTEN")
 	}
 	fs.StringVar(&cfg.logFormat, "log-format", "text", "log `format`: text or json")
 	s.twin("log-format", "COORDINATOR_LOG_FORMAT")
@@ -189,6 +193,11 @@ func (cfg *config) validate(command string) error {
 	}
 	if _, port, err := net.SplitHostPort(cfg.listen); err != nil || port == "" {
 		bad("--listen must be host:port or :port, like :8080 or 127.0.0.1:0, not %q", cfg.listen)
+	}
+	if cfg.debugListen != "" {
+		if _, port, err := net.SplitHostPort(cfg.debugListen); err != nil || port == "" {
+			bad("--debug-listen must be host:port, like 127.0.0.1:6060, not %q", cfg.debugListen)
+		}
 	}
 	if cfg.dbMaxConns < 0 || cfg.dbMaxConns > math.MaxInt32 {
 		bad("--db-max-conns must be from 0 (the store's default) to %d, not %d", math.MaxInt32, cfg.dbMaxConns)

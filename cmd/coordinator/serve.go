@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/http/pprof"
 	"sync"
 	"time"
 
@@ -57,6 +58,15 @@ func serve(ctx context.Context, cfg config, logger *slog.Logger) error {
 	ln, err := net.Listen("tcp", cfg.listen)
 	if err != nil {
 		return fmt.Errorf("listen on %s: %w", cfg.listen, err)
+	}
+
+	if cfg.debugListen != "" {
+		stopDebug, err := serveDebug(cfg.debugListen, logger)
+		if err != nil {
+			_ = ln.Close()
+			return err
+		}
+		defer stopDebug()
 	}
 
 	sweepCtx, stopSweeper := context.WithCancel(context.WithoutCancel(ctx))
@@ -111,4 +121,23 @@ func serve(ctx context.Context, cfg config, logger *slog.Logger) error {
 // work bounded by --request-timeout, plus the longest long-poll wait.
 func longestRequest(cfg config) time.Duration {
 	return cfg.requestTimeout + coordinator.MaxLongPoll + timeoutSlack
+}
+
+// serveDebug serves Go's profiles (net/http/pprof) on addr, on a server of its own so that
+// the API's mux never exposes them. It returns a function that stops it.
+func serveDebug(addr string, logger *slog.Logger) (func(), error) {
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return nil, fmt.Errorf("listen on %s (--debug-listen): %w", addr, err)
+	}
+	mux := http.NewServeMux()
+	mux.HandleFunc("/debug/pprof/", pprof.Index)
+	mux.HandleFunc("/debug/pprof/cmdline", pprof.Cmdline)
+	mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
+	mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
+	mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
+	srv := &http.Server{Handler: mux, ReadHeaderTimeout: readHeaderTimeout, ErrorLog: slog.NewLogLogger(logger.Handler(), slog.LevelWarn)}
+	go func() { _ = srv.Serve(ln) }()
+	logger.Info("serving profiles", "addr", ln.Addr().String(), "path", "/debug/pprof/")
+	return func() { _ = srv.Close() }, nil
 }

@@ -25,7 +25,8 @@ type jobTx struct {
 	write     bool
 	job       *coordinator.Job
 	now       time.Time
-	preparing []*coordinator.Checkpoint // loaded with the lock; nil once used
+	preparing []*coordinator.Checkpoint // loaded with the lock
+	loaded    bool                      // preparing holds what begin loaded, not yet handed out
 	queue     *writeQueue
 	decided   []string
 }
@@ -119,6 +120,7 @@ func (t *jobTx) begin(name string) error {
 		if t.preparing, err = scanCheckpoints(rows); err != nil {
 			return err
 		}
+		t.loaded = true
 	}
 	return results.Close()
 }
@@ -230,12 +232,13 @@ func (t *jobTx) queryCheckpoints(sql string, args ...any) ([]*coordinator.Checkp
 }
 
 func (t *jobTx) Preparing(ctx context.Context) ([]*coordinator.Checkpoint, error) {
-	if t.preparing != nil && len(t.queue.what) == 0 {
+	// What begin loaded still stands if nothing was written since.
+	if t.loaded && len(t.queue.what) == 0 {
 		cps := t.preparing
-		t.preparing = nil
+		t.preparing, t.loaded = nil, false
 		return cps, nil
 	}
-	t.preparing = nil
+	t.preparing, t.loaded = nil, false
 	return t.queryCheckpoints(preparingSQL, t.job.Name)
 }
 

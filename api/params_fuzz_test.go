@@ -24,7 +24,7 @@ type emptyStore struct{}
 
 var _ coordinator.Store = emptyStore{}
 
-func (emptyStore) Update(context.Context, string, func(coordinator.JobTx) error) error {
+func (emptyStore) Update(context.Context, string, int64, func(coordinator.JobTx) error) error {
 	return coordinator.ErrNotFound
 }
 func (emptyStore) View(context.Context, string, func(coordinator.JobTx) error) error {
@@ -44,8 +44,8 @@ func (emptyStore) ExpiredJobs(context.Context) ([]string, error) { return nil, n
 func (emptyStore) GetCheckpoint(context.Context, string, int64) (*coordinator.Checkpoint, error) {
 	return nil, coordinator.ErrNotFound
 }
-func (emptyStore) Subscribe(string, int64) (<-chan struct{}, func()) {
-	return make(chan struct{}), func() {}
+func (emptyStore) Subscribe(job string, id int64) *coordinator.Subscription {
+	return new(coordinator.Broker).Subscribe(job, id)
 }
 func (emptyStore) Ready(context.Context) error { return nil }
 func (emptyStore) Close()                      {}

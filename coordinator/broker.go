@@ -6,54 +6,85 @@ import (
 )
 
 // Broker wakes the waiters of checkpoints in this process. Stores use it to implement
-// Subscribe: they call Notify after a decision commits (their own, or one announced by
-// another process) and NotifyAll when they may have missed announcements.
+// Subscribe: they call Publish after a decision of their own commits, NotifyKey for one
+// announced by another process, and NotifyAll when they may have missed announcements.
 type Broker struct {
 	mu      sync.Mutex
-	waiters map[string]map[chan struct{}]struct{}
+	waiters map[string]map[*Subscription]struct{}
 }
+
+// Subscription is one waiter on a checkpoint's decision.
+type Subscription struct {
+	done   chan struct{}
+	cp     *Checkpoint // set before done is closed, by Publish
+	cancel func()
+}
+
+// Done is closed once the checkpoint may have been decided.
+func (s *Subscription) Done() <-chan struct{} { return s.done }
+
+// Decided, once Done is closed, returns the checkpoint as the transaction that decided it
+// committed it, when this process took the decision; nil means read it (the wake-up came
+// from another process, or may be spurious). The caller owns the copy.
+func (s *Subscription) Decided() *Checkpoint {
+	if s.cp == nil {
+		return nil
+	}
+	return s.cp.Clone()
+}
+
+// Cancel stops waiting. It may be called more than once, also after Done.
+func (s *Subscription) Cancel() { s.cancel() }
 
 func brokerKey(job string, id int64) string { return job + "/" + strconv.FormatInt(id, 10) }
 
-// Subscribe returns a channel closed by the next Notify of the checkpoint (or NotifyAll),
-// and a function to stop waiting.
-func (b *Broker) Subscribe(job string, id int64) (<-chan struct{}, func()) {
+// Subscribe returns a subscription woken by the next Publish or Notify of the checkpoint
+// (or NotifyAll).
+func (b *Broker) Subscribe(job string, id int64) *Subscription {
 	key := brokerKey(job, id)
-	ch := make(chan struct{})
+	sub := &Subscription{done: make(chan struct{})}
 	b.mu.Lock()
 	if b.waiters == nil {
-		b.waiters = make(map[string]map[chan struct{}]struct{})
+		b.waiters = make(map[string]map[*Subscription]struct{})
 	}
 	set := b.waiters[key]
 	if set == nil {
-		set = make(map[chan struct{}]struct{})
+		set = make(map[*Subscription]struct{})
 		b.waiters[key] = set
 	}
-	set[ch] = struct{}{}
+	set[sub] = struct{}{}
 	b.mu.Unlock()
-	return ch, func() {
+	sub.cancel = func() {
 		b.mu.Lock()
 		defer b.mu.Unlock()
 		if set, ok := b.waiters[key]; ok {
-			if _, ok := set[ch]; ok {
-				delete(set, ch)
+			if _, ok := set[sub]; ok {
+				delete(set, sub)
 				if len(set) == 0 {
 					delete(b.waiters, key)
 				}
 			}
 		}
 	}
+	return sub
 }
 
-// Notify wakes every waiter of the checkpoint.
+// Publish wakes every waiter of cp with cp as it was committed: a store calls it once the
+// transaction that saved cp's decision has committed, and must not change cp after.
+func (b *Broker) Publish(cp *Checkpoint) { b.wake(brokerKey(cp.Job, cp.ID), cp) }
+
+// Notify wakes every waiter of the checkpoint, which will read it.
 func (b *Broker) Notify(job string, id int64) { b.NotifyKey(brokerKey(job, id)) }
 
 // NotifyKey wakes every waiter of the checkpoint named "job/id", as stores announce it.
-func (b *Broker) NotifyKey(key string) {
+func (b *Broker) NotifyKey(key string) { b.wake(key, nil) }
+
+func (b *Broker) wake(key string, cp *Checkpoint) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	for ch := range b.waiters[key] {
-		close(ch)
+	for sub := range b.waiters[key] {
+		sub.cp = cp
+		close(sub.done)
 	}
 	delete(b.waiters, key)
 }
@@ -63,8 +94,8 @@ func (b *Broker) NotifyAll() {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	for _, set := range b.waiters {
-		for ch := range set {
-			close(ch)
+		for sub := range set {
+			close(sub.done)
 		}
 	}
 	b.waiters = nil

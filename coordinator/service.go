@@ -142,7 +142,7 @@ func (s *Service) DeleteJob(ctx context.Context, name string) error {
 	if err := ValidateName("job", name); err != nil {
 		return err
 	}
-	err := s.store.Update(ctx, name, func(tx JobTx) error {
+	err := s.store.Update(ctx, name, 0, func(tx JobTx) error {
 		round, err := s.begin(ctx, tx)
 		if err != nil {
 			return err
@@ -171,7 +171,7 @@ func (s *Service) Register(ctx context.Context, job, participant string) (*Pendi
 		return nil, err
 	}
 	var out *Pending
-	err := s.store.Update(ctx, job, func(tx JobTx) error {
+	err := s.store.Update(ctx, job, 0, func(tx JobTx) error {
 		round, err := s.begin(ctx, tx)
 		if err != nil {
 			return err
@@ -268,7 +268,7 @@ func (s *Service) Prepare(ctx context.Context, job string, req PrepareRequest) (
 	if err := f.err(); err != nil {
 		return nil, false, err
 	}
-	err = s.store.Update(ctx, job, func(tx JobTx) error {
+	err = s.store.Update(ctx, job, 0, func(tx JobTx) error {
 		round, err := s.begin(ctx, tx)
 		if err != nil {
 			return err
@@ -342,20 +342,24 @@ func (s *Service) GetCheckpoint(ctx context.Context, job string, id int64, wait 
 		// Subscribe before reading, so that a decision after the read wakes us. A wake-up
 		// may be spurious (a store that lost its notifications wakes every waiter), so the
 		// wait goes on until the checkpoint is decided or the time is up.
-		decided, cancel := s.store.Subscribe(job, id)
+		sub := s.store.Subscribe(job, id)
 		cp, err := s.readCheckpoint(ctx, job, id)
 		if err != nil || cp.Status != StatusPreparing {
-			cancel()
+			sub.Cancel()
 			return cp, err
 		}
 		select {
-		case <-decided:
-			cancel()
+		case <-sub.Done():
+			sub.Cancel()
+			// Decided in this process: the checkpoint as it committed, without a read.
+			if cp := sub.Decided(); cp != nil && cp.Status != StatusPreparing {
+				return cp, nil
+			}
 		case <-timer.C:
-			cancel()
+			sub.Cancel()
 			return s.readCheckpoint(ctx, job, id)
 		case <-ctx.Done():
-			cancel()
+			sub.Cancel()
 			return nil, ctx.Err()
 		}
 	}
@@ -438,7 +442,7 @@ func (s *Service) Ack(ctx context.Context, job string, id int64, participant str
 // it changed. The checkpoint is returned as it stands after the rule.
 func (s *Service) onCheckpoint(ctx context.Context, job string, id int64, rule func(*Round, JobTx, *Checkpoint) error) (*Checkpoint, error) {
 	var out *Checkpoint
-	err := s.store.Update(ctx, job, func(tx JobTx) error {
+	err := s.store.Update(ctx, job, id, func(tx JobTx) error {
 		round, err := s.begin(ctx, tx)
 		if err != nil {
 			return err
@@ -519,7 +523,7 @@ func (s *Service) SweepExpired(ctx context.Context) (int, error) {
 		return 0, fmt.Errorf("find expired checkpoints: %w", err)
 	}
 	for _, job := range jobs {
-		err := s.store.Update(ctx, job, func(tx JobTx) error {
+		err := s.store.Update(ctx, job, 0, func(tx JobTx) error {
 			round, err := s.begin(ctx, tx)
 			if err != nil {
 				return err

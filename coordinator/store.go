@@ -17,7 +17,9 @@ type Store interface {
 	// rejection (IsRejection: what the rules did before refusing, like aborting an expired
 	// checkpoint, stands), and rolls back on any other error. Decisions saved in it are
 	// announced to Subscribe'rs after the commit. ErrNotFound if the job does not exist.
-	Update(ctx context.Context, job string, fn func(tx JobTx) error) error
+	// checkpoint, when not 0, is the one checkpoint fn is about: a store may read it with
+	// the job, so that JobTx.Checkpoint(checkpoint) costs no further round trip.
+	Update(ctx context.Context, job string, checkpoint int64, fn func(tx JobTx) error) error
 	// View runs fn on a consistent snapshot of the job, without its lock. Writes through
 	// tx fail. ErrNotFound if the job does not exist.
 	View(ctx context.Context, job string, fn func(tx JobTx) error) error
@@ -37,10 +39,11 @@ type Store interface {
 	// ExpiredJobs names the jobs with a preparing checkpoint whose deadline has passed by the
 	// database's clock.
 	ExpiredJobs(ctx context.Context) ([]string, error)
-	// Subscribe returns a channel that is closed once the checkpoint may have been decided
-	// (possibly by another process), and a function to stop waiting. Spurious wake-ups are
-	// allowed; missed ones are not, once Subscribe has returned.
-	Subscribe(job string, id int64) (decided <-chan struct{}, cancel func())
+	// Subscribe returns a subscription whose Done channel is closed once the checkpoint may
+	// have been decided (possibly by another process); Cancel stops waiting. Spurious
+	// wake-ups are allowed; missed ones are not, once Subscribe has returned. When this
+	// process decided, Decided may hand the waiter the checkpoint as committed.
+	Subscribe(job string, id int64) *Subscription
 	// Ready reports whether the database answers and its schema is current.
 	Ready(ctx context.Context) error
 	// Close releases the store's resources.
@@ -65,8 +68,9 @@ type JobTx interface {
 	Owing(ctx context.Context, participant string) ([]*Checkpoint, error)
 	// Idempotency returns what an Idempotency-Key opened, ok false if it is unknown.
 	Idempotency(ctx context.Context, key string) (rec IdempotencyRecord, ok bool, err error)
-	// InsertCheckpoint stores a new checkpoint with its participants, sets the job's Seq to
-	// its id and assigns cp.Seq; rec, if not nil, records the Idempotency-Key that opened it.
+	// InsertCheckpoint stores a new checkpoint with its participants and sets the job's Seq
+	// to its id; rec, if not nil, records the Idempotency-Key that opened it. cp.Seq is
+	// assigned by the time the update has committed (not necessarily on return).
 	InsertCheckpoint(ctx context.Context, cp *Checkpoint, rec *IdempotencyRecord) error
 	// SaveVote stores participant p's vote fields (Epoch, Vote, Reason, Committables, VotedAt).
 	SaveVote(ctx context.Context, cp *Checkpoint, p *ParticipantState) error

@@ -16,12 +16,14 @@ var ErrClosed = errors.New("store closed")
 
 // Op is one queued update: fn to run on Job's state within a batch.
 type Op struct {
-	Ctx   context.Context
-	Job   string
-	Fn    func(coordinator.JobTx) error
-	err   error
-	done  chan struct{}
-	state atomic.Int32 // queued, taken (by a batch) or abandoned (by Submit)
+	Ctx context.Context
+	Job string
+	// Checkpoint is the checkpoint Fn is about, 0 if none in particular (Store.Update).
+	Checkpoint int64
+	Fn         func(coordinator.JobTx) error
+	err        error
+	done       chan struct{}
+	state      atomic.Int32 // queued, taken (by a batch) or abandoned (by Submit)
 }
 
 const (
@@ -53,8 +55,8 @@ func NewQueue(stop <-chan struct{}) *Queue {
 // error: before a batch took the update, it is never run; after, it may have been applied,
 // as when a client hangs up after sending, and Submit waits for the batch so that Fn never
 // runs after Submit returned.
-func (q *Queue) Submit(ctx context.Context, job string, fn func(coordinator.JobTx) error) error {
-	o := &Op{Ctx: ctx, Job: job, Fn: fn, done: make(chan struct{})}
+func (q *Queue) Submit(ctx context.Context, job string, checkpoint int64, fn func(coordinator.JobTx) error) error {
+	o := &Op{Ctx: ctx, Job: job, Checkpoint: checkpoint, Fn: fn, done: make(chan struct{})}
 	select {
 	case <-q.stop:
 		return coordinator.Unavailable(ErrClosed)
@@ -138,6 +140,40 @@ func (q *Queue) Next(max int) ([]*Op, bool) {
 		}
 		if len(live) > 0 {
 			return live, true
+		}
+	}
+}
+
+// Arrivals is the channel of queued updates, for a dispatcher that waits on more than the
+// queue (Next is for a writer that waits on the queue alone). An update received from it
+// must be claimed (Claim) before it runs.
+func (q *Queue) Arrivals() <-chan *Op { return q.ops }
+
+// Claim takes an update received from Arrivals for a batch. It returns false, and the
+// update must be dropped, if its caller abandoned it (and was answered) or its context
+// has ended (and it is answered here with that error).
+func (q *Queue) Claim(o *Op) bool {
+	if !o.state.CompareAndSwap(queued, taken) {
+		return false
+	}
+	if err := o.Ctx.Err(); err != nil {
+		o.Finish(err)
+		return false
+	}
+	return true
+}
+
+// Drain, once stop is closed, answers every update still queued as unavailable and marks
+// the queue exited: what is submitted after is answered unavailable too. A dispatcher
+// calls it once, when it stops taking updates.
+func (q *Queue) Drain() {
+	for {
+		select {
+		case o := <-q.ops:
+			o.Finish(coordinator.Unavailable(ErrClosed))
+		default:
+			close(q.exited)
+			return
 		}
 	}
 }

@@ -18,7 +18,7 @@ func TestQueue(t *testing.T) {
 	cancelled, cancel := context.WithCancel(context.Background())
 	cancel()
 	for _, ctx := range []context.Context{context.Background(), context.Background()} {
-		go func() { results <- q.Submit(ctx, "j", nil) }()
+		go func() { results <- q.Submit(ctx, "j", 0, nil) }()
 	}
 	deadline := time.Now().Add(5 * time.Second)
 	for len(q.ops) < 2 && time.Now().Before(deadline) {
@@ -40,7 +40,7 @@ func TestQueue(t *testing.T) {
 			t.Fatalf("Submit answered %v, want the batch's nil", err)
 		}
 	}
-	go func() { results <- q.Submit(context.Background(), "late", nil) }()
+	go func() { results <- q.Submit(context.Background(), "late", 0, nil) }()
 	for len(q.ops) < 1 && time.Now().Before(deadline) {
 		time.Sleep(time.Millisecond)
 	}
@@ -51,7 +51,7 @@ func TestQueue(t *testing.T) {
 	if err := <-results; !errors.Is(err, coordinator.ErrUnavailable) {
 		t.Fatalf("an update left in a stopped queue got %v, want ErrUnavailable", err)
 	}
-	if err := q.Submit(context.Background(), "after", nil); !errors.Is(err, coordinator.ErrUnavailable) {
+	if err := q.Submit(context.Background(), "after", 0, nil); !errors.Is(err, coordinator.ErrUnavailable) {
 		t.Fatalf("Submit after stop: %v, want ErrUnavailable", err)
 	}
 }

@@ -3,31 +3,35 @@ package postgres
 import (
 	"context"
 	"fmt"
-	"hash/maphash"
 	"slices"
 	"strings"
-	"sync"
 	"time"
+
+	"github.com/jackc/pgx/v5"
 
 	"github.com/twophase/coordinator/coordinator"
 	"github.com/twophase/coordinator/store/groupcommit"
 )
 
-// committer group-commits updates: each writer takes every update queued for it, runs them
-// one after the other in one database transaction, each under its job's lock, and answers
-// them all once that transaction has committed. One fsync then serves many requests, and no
-// request is answered before the transaction holding its write is durable (rule 3).
+// committer group-commits updates: a dispatcher takes every update queued, and whenever
+// one of a few workers is free, hands it a batch of them; the worker runs them one after
+// the other in one database transaction, each under its job's lock, and answers them all
+// once that transaction has committed. One fsync then serves many requests, and no request
+// is answered before the transaction holding its write is durable (rule 3).
 //
-// A job always goes to the same writer, so writers never wait for each other's job locks;
-// within a batch the jobs are locked in name order. If a batch fails, its updates are run
-// again one by one, so that one failing update does not fail the others.
+// A job is in at most one batch at a time: its later updates wait for that batch to end,
+// so workers never wait for each other's job locks, and a job's updates run in the order
+// they came. While every worker is busy, updates pile up, and the next batch takes them
+// all: the busier the coordinator, the more each transaction carries. Within a batch the
+// jobs are locked in name order. If a batch fails, its updates are run again one by one,
+// so that one failing update does not fail the others.
 type committer struct {
 	store    *Store
-	queues   []*groupcommit.Queue
+	queue    *groupcommit.Queue
+	workers  int
 	maxBatch int
-	seed     maphash.Seed
 	stop     chan struct{}
-	wg       sync.WaitGroup
+	done     chan struct{}
 }
 
 // batchTimeout bounds one group commit; requests give up earlier on their own deadline.
@@ -36,37 +40,106 @@ const batchTimeout = 20 * time.Second
 // maxAttempts bounds the retries of an update that hit a serialisation failure or deadlock.
 const maxAttempts = 5
 
-func newCommitter(s *Store, writers, maxBatch int) *committer {
-	if writers <= 0 {
-		writers = 4
+func newCommitter(s *Store, workers, maxBatch int) *committer {
+	if workers <= 0 {
+		workers = 3
 	}
 	if maxBatch <= 0 {
 		maxBatch = 64
 	}
-	c := &committer{store: s, maxBatch: maxBatch, seed: maphash.MakeSeed(), stop: make(chan struct{})}
-	for range writers {
-		q := groupcommit.NewQueue(c.stop)
-		c.queues = append(c.queues, q)
-		c.wg.Go(func() {
-			for {
-				batch, ok := q.Next(c.maxBatch)
-				if !ok {
-					return
-				}
-				c.run(batch)
-			}
-		})
-	}
+	stop := make(chan struct{})
+	c := &committer{store: s, queue: groupcommit.NewQueue(stop), workers: workers, maxBatch: maxBatch,
+		stop: stop, done: make(chan struct{})}
+	go c.dispatch()
 	return c
 }
 
 func (c *committer) close() {
 	close(c.stop)
-	c.wg.Wait()
+	<-c.done
 }
 
-func (c *committer) update(ctx context.Context, job string, fn func(coordinator.JobTx) error) error {
-	return c.queues[maphash.String(c.seed, job)%uint64(len(c.queues))].Submit(ctx, job, fn)
+func (c *committer) update(ctx context.Context, job string, checkpoint int64, fn func(coordinator.JobTx) error) error {
+	return c.queue.Submit(ctx, job, checkpoint, fn)
+}
+
+// dispatch hands batches to workers until the committer stops, then waits for the batches
+// running and answers what was left as unavailable.
+func (c *committer) dispatch() {
+	defer close(c.done)
+	finished := make(chan []*groupcommit.Op, c.workers)
+	busy := map[string]bool{} // jobs in a running batch
+	var waiting []*groupcommit.Op
+	running := 0
+	arrivals := c.queue.Arrivals()
+	for {
+		for running < c.workers {
+			batch := c.next(&waiting, busy)
+			if len(batch) == 0 {
+				break
+			}
+			running++
+			go func() {
+				c.run(batch)
+				finished <- batch
+			}()
+		}
+		select {
+		case o := <-arrivals:
+			if c.queue.Claim(o) {
+				waiting = append(waiting, o)
+			}
+		take:
+			for len(waiting) < 4*c.maxBatch {
+				select {
+				case o := <-arrivals:
+					if c.queue.Claim(o) {
+						waiting = append(waiting, o)
+					}
+				default:
+					break take
+				}
+			}
+		case batch := <-finished:
+			running--
+			for _, o := range batch {
+				delete(busy, o.Job)
+			}
+		case <-c.stop:
+			for ; running > 0; running-- {
+				<-finished
+			}
+			for _, o := range waiting {
+				o.Finish(coordinator.Unavailable(groupcommit.ErrClosed))
+			}
+			c.queue.Drain()
+			return
+		}
+	}
+}
+
+// next takes from waiting, in order, up to maxBatch updates whose job is in no running
+// batch, marks their jobs busy and returns them. Updates whose context ended are
+// answered and dropped.
+func (c *committer) next(waiting *[]*groupcommit.Op, busy map[string]bool) []*groupcommit.Op {
+	var batch []*groupcommit.Op
+	inBatch := map[string]bool{}
+	rest := (*waiting)[:0]
+	for _, o := range *waiting {
+		switch {
+		case len(batch) >= c.maxBatch || busy[o.Job] && !inBatch[o.Job]:
+			rest = append(rest, o)
+		case o.Ctx.Err() != nil:
+			o.Finish(o.Ctx.Err())
+		default:
+			batch = append(batch, o)
+			inBatch[o.Job] = true
+			busy[o.Job] = true
+		}
+	}
+	clear((*waiting)[len(rest):])
+	*waiting = rest
+	return batch
 }
 
 // run commits a batch, or its updates one by one if the batch fails.
@@ -103,32 +176,68 @@ func (c *committer) commit(ops []*groupcommit.Op) error {
 	conn := pooled.Conn()
 	queue := &writeQueue{}
 	queue.add("begin", "BEGIN")
-	results := make([]error, len(ops))
-	decided := make([][]string, len(ops))
+	// The first update of each job (ops are sorted by job) is begun in the first round
+	// trip, all at once: the jobs' data are disjoint, and their locks are taken in order.
+	txs := make([]*jobTx, len(ops))
+	errs := make([]error, len(ops))
+	results, err := queue.send(ctx, conn, func(b *pgx.Batch) {
+		for i, o := range ops {
+			if i == 0 || ops[i-1].Job != o.Job {
+				txs[i] = &jobTx{ctx: ctx, conn: conn, write: true, queue: queue, origin: c.store.origin}
+				txs[i].queueBegin(b, o.Job, o.Checkpoint)
+			}
+		}
+	})
+	if err != nil {
+		return err
+	}
 	for i, o := range ops {
-		t := &jobTx{ctx: ctx, conn: conn, write: true, queue: queue}
-		if err := t.begin(o.Job); err != nil {
-			if err == coordinator.ErrNotFound {
-				results[i] = err
+		if txs[i] != nil {
+			if errs[i] = txs[i].readBegin(results, o.Checkpoint); errs[i] != nil && errs[i] != coordinator.ErrNotFound {
+				results.Close()
+				return errs[i]
+			}
+		}
+	}
+	if err := results.Close(); err != nil {
+		return err
+	}
+	answers := make([]error, len(ops))
+	decided := make([][]*coordinator.Checkpoint, len(ops))
+	for i, o := range ops {
+		t := txs[i]
+		if t == nil {
+			t = &jobTx{ctx: ctx, conn: conn, write: true, queue: queue, origin: c.store.origin}
+			errs[i] = t.begin(o.Job, o.Checkpoint)
+		}
+		if errs[i] != nil {
+			if errs[i] == coordinator.ErrNotFound {
+				answers[i] = errs[i]
 				continue
 			}
-			return err
+			return errs[i]
 		}
 		fnErr := o.Fn(t)
 		if fnErr != nil && !coordinator.IsRejection(fnErr) {
 			return fnErr
 		}
-		results[i], decided[i] = fnErr, t.decided
+		answers[i], decided[i] = fnErr, t.decided
 	}
 	queue.add("commit", "COMMIT")
 	if err := queue.flush(ctx, conn); err != nil {
+		// The decisions may have committed: their waiters read to find out.
+		for _, cps := range decided {
+			for _, cp := range cps {
+				c.store.broker.Notify(cp.Job, cp.ID)
+			}
+		}
 		return fmt.Errorf("commit: %w", err)
 	}
 	for i, o := range ops {
-		for _, key := range decided[i] {
-			c.store.broker.NotifyKey(key)
+		for _, cp := range decided[i] {
+			c.store.broker.Publish(cp)
 		}
-		o.Finish(results[i])
+		o.Finish(answers[i])
 	}
 	return nil
 }

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgtype"
 
 	"github.com/twophase/coordinator/coordinator"
 )
@@ -26,9 +27,12 @@ type jobTx struct {
 	job       *coordinator.Job
 	now       time.Time
 	preparing []*coordinator.Checkpoint // loaded with the lock
+	hinted    *coordinator.Checkpoint   // the update's checkpoint, loaded with the lock if not preparing
 	loaded    bool                      // preparing holds what begin loaded, not yet handed out
+	wrote     bool                      // this update queued a write since begin
 	queue     *writeQueue
-	decided   []string
+	origin    string // names this process in announcements (channel)
+	decided   []*coordinator.Checkpoint // as saved, published once committed
 }
 
 var _ coordinator.JobTx = (*jobTx)(nil)
@@ -39,25 +43,39 @@ var errReadOnly = errors.New("postgres: write in a read-only transaction")
 type writeQueue struct {
 	batch pgx.Batch
 	what  []string
+	scans []func(pgx.Row) error // per statement: reads its one row, or nil to check it ran
 }
 
 func (q *writeQueue) add(what, sql string, args ...any) {
+	q.addScan(what, nil, sql, args...)
+}
+
+// addScan queues a statement returning one row, read by scan when the queue is sent: its
+// results are needed only once the transaction commits, not before the next statement.
+func (q *writeQueue) addScan(what string, scan func(pgx.Row) error, sql string, args ...any) {
 	q.batch.Queue(sql, args...)
 	q.what = append(q.what, what)
+	q.scans = append(q.scans, scan)
 }
 
 // send sends the queued writes followed by extra statements, in one round trip, checks
 // every write's result and returns the batch's results positioned at the first extra.
 func (q *writeQueue) send(ctx context.Context, conn *pgx.Conn, extra func(b *pgx.Batch)) (pgx.BatchResults, error) {
 	b := q.batch
-	what := q.what
-	q.batch, q.what = pgx.Batch{}, nil
+	what, scans := q.what, q.scans
+	q.batch, q.what, q.scans = pgx.Batch{}, nil, nil
 	if extra != nil {
 		extra(&b)
 	}
 	results := conn.SendBatch(ctx, &b)
-	for _, w := range what {
-		if _, err := results.Exec(); err != nil {
+	for i, w := range what {
+		var err error
+		if scans[i] != nil {
+			err = scans[i](results.QueryRow())
+		} else {
+			_, err = results.Exec()
+		}
+		if err != nil {
 			results.Close()
 			return nil, fmt.Errorf("%s: %w", w, err)
 		}
@@ -77,61 +95,111 @@ func (q *writeQueue) flush(ctx context.Context, conn *pgx.Conn) error {
 	return results.Close()
 }
 
-const lockJobSQL = "SELECT 1 FROM jobs WHERE name = $1 AND NOT deleted FOR UPDATE"
+// jobRowColumns are the job's own columns, scanned by scanJobRow.
+const jobRowColumns = `j.name, j.participants, j.checkpoint_timeout_ms, j.max_concurrent_checkpoints, j.auto_commit,
+	j.seq, j.created_at, j.updated_at`
 
-// begin locks the job (for writes), then reads it, the clock and its preparing checkpoints,
-// in one round trip. The lock is taken in a statement of its own: a statement that waits for
-// a row lock re-reads only the locked row afterwards, so epochs read in the same statement
-// could predate the transaction that held the lock. The clock is read after the lock is
-// granted, so a decision is timed when it is taken.
-func (t *jobTx) begin(name string) error {
-	results, err := t.queue.send(t.ctx, t.conn, func(b *pgx.Batch) {
-		if t.write {
-			b.Queue(lockJobSQL, name)
-		}
-		b.Queue("SELECT "+jobColumns+", clock_timestamp() FROM jobs j WHERE j.name = $1 AND NOT j.deleted", name)
-		if t.write {
-			b.Queue(preparingSQL, name)
-		}
-	})
-	if err != nil {
-		return err
-	}
-	defer results.Close()
+// lockJobSQL locks the job's row and reads it as it stands once the lock is granted: a
+// statement that waits for a row lock re-reads that row. Only that row: anything else it
+// read (epochs, checkpoints, the clock) could predate the transaction that held the lock,
+// so those come from stateSQL, the next statement, whose snapshot is taken after the lock.
+const lockJobSQL = "SELECT " + jobRowColumns + " FROM jobs j WHERE j.name = $1 AND NOT j.deleted FOR UPDATE"
+
+// stateSQL reads, under the job's lock: the clock (so that a decision is timed when it is
+// taken), the job's epochs, and its preparing checkpoints with checkpoint $2 whatever its
+// status ($2 = 0: none), one row per participant. With no such checkpoint it returns one
+// row, whose checkpoint columns are NULL.
+var stateSQL = `SELECT clock_timestamp(),
+	ARRAY(SELECT e.participant FROM participant_epochs e WHERE e.job = $1 ORDER BY e.participant),
+	ARRAY(SELECT e.epoch FROM participant_epochs e WHERE e.job = $1 ORDER BY e.participant),
+	` + checkpointColumns + `, ` + participantColumns + `
+	FROM (SELECT 1) one
+	LEFT JOIN (
+		(SELECT * FROM checkpoints WHERE job = $1 AND status = 'preparing'
+		 UNION ALL
+		 SELECT * FROM checkpoints WHERE job = $1 AND id = $2 AND status <> 'preparing') c
+		JOIN checkpoint_participants p ON p.job = c.job AND p.checkpoint_id = c.id) ON true
+	ORDER BY c.id, p.position`
+
+// viewJobSQL reads the job, its epochs and the clock, for a read-only transaction.
+const viewJobSQL = "SELECT " + jobColumns + ", clock_timestamp() FROM jobs j WHERE j.name = $1 AND NOT j.deleted"
+
+// queueBegin queues what begin reads: for writes, the job's lock and state (with the
+// checkpoint hint, 0 for none); for reads, the job.
+func (t *jobTx) queueBegin(b *pgx.Batch, name string, hint int64) {
 	if t.write {
-		var one int
-		if err := results.QueryRow().Scan(&one); err != nil {
-			if errors.Is(err, pgx.ErrNoRows) {
-				return coordinator.ErrNotFound
-			}
-			return err
-		}
+		b.Queue(lockJobSQL, name)
+		b.Queue(stateSQL, name, hint)
+	} else {
+		b.Queue(viewJobSQL, name)
 	}
-	job, err := scanJob(results.QueryRow(), false, &t.now)
-	if err != nil {
-		return err
-	}
-	t.job, t.now = job, t.now.UTC()
-	if t.write {
-		rows, err := results.Query()
+}
+
+// readBegin reads the results of queueBegin, all of them even when the job is missing
+// (coordinator.ErrNotFound), so that results stay in step for the statements after them.
+func (t *jobTx) readBegin(results pgx.BatchResults, hint int64) error {
+	if !t.write {
+		job, err := scanJob(results.QueryRow(), false, &t.now)
 		if err != nil {
 			return err
 		}
-		if t.preparing, err = scanCheckpoints(rows); err != nil {
-			return err
-		}
-		t.loaded = true
+		t.job, t.now = job, t.now.UTC()
+		return nil
 	}
-	return results.Close()
+	job, lockErr := scanJobRow(results.QueryRow())
+	rows, err := results.Query()
+	if err != nil {
+		return err
+	}
+	var names []string
+	var epochs []int64
+	cps, err := scanCheckpoints(rows, &t.now, &names, &epochs)
+	if lockErr != nil {
+		return lockErr
+	}
+	if err != nil {
+		return err
+	}
+	job.Epochs = make(map[string]int64, len(names))
+	for i, n := range names {
+		job.Epochs[n] = epochs[i]
+	}
+	t.job, t.now = job, t.now.UTC()
+	t.preparing, t.hinted, t.loaded = nil, nil, true
+	for _, cp := range cps {
+		if cp.Status == coordinator.StatusPreparing {
+			t.preparing = append(t.preparing, cp)
+		} else if cp.ID == hint {
+			t.hinted = cp
+		}
+	}
+	return nil
+}
+
+// begin locks the job (for writes) and reads it, the clock and its preparing checkpoints
+// (with checkpoint hint, if not 0), in one round trip that also carries the writes queued
+// so far. The commit reads the first update of each job of a batch at once instead.
+func (t *jobTx) begin(name string, hint int64) error {
+	results, err := t.queue.send(t.ctx, t.conn, func(b *pgx.Batch) { t.queueBegin(b, name, hint) })
+	if err != nil {
+		return err
+	}
+	err = t.readBegin(results, hint)
+	if closeErr := results.Close(); err == nil {
+		err = closeErr
+	}
+	return err
 }
 
 func (t *jobTx) Now() time.Time        { return t.now }
 func (t *jobTx) Job() *coordinator.Job { return t.job }
 
+// writable refuses writes in a read-only transaction, and notes that this update wrote.
 func (t *jobTx) writable() error {
 	if !t.write {
 		return errReadOnly
 	}
+	t.wrote = true
 	return nil
 }
 
@@ -161,31 +229,51 @@ var owingSQL = checkpointsSQL(`
 		  AND ($2 = '' OR p.participant = $2)
 		  AND (c.status IN ('preparing', 'committing') OR (c.status = 'aborted' AND p.vote = 'prepared')))`)
 
-// scanCheckpoints reads the rows of a checkpointsSQL query.
-func scanCheckpoints(rows pgx.Rows) ([]*coordinator.Checkpoint, error) {
+// scanCheckpoints reads the rows of a checkpointsSQL query, or of stateSQL with its first
+// columns scanned into prefix (rows whose checkpoint columns are NULL carry only those).
+func scanCheckpoints(rows pgx.Rows, prefix ...any) ([]*coordinator.Checkpoint, error) {
 	defer rows.Close()
 	var cps []*coordinator.Checkpoint
 	var cur *coordinator.Checkpoint
+	var (
+		job                                       pgtype.Text
+		id, seq                                   pgtype.Int8
+		status                                    pgtype.Text
+		autoCommit                                pgtype.Bool
+		createdAt, deadline                       pgtype.Timestamptz
+		decidedAt, completedAt, votedAt, ackedAt  *time.Time
+		reason, name, vote, preason, committables *string
+		epoch                                     *int64
+	)
+	dest := append(prefix, &job, &id, &seq, &status, &autoCommit, &createdAt, &deadline, &decidedAt, &completedAt, &reason,
+		&name, &epoch, &vote, &preason, &committables, &votedAt, &ackedAt)
 	for rows.Next() {
-		var cp coordinator.Checkpoint
-		var status string
-		var reason *string
-		var p coordinator.ParticipantState
-		var epoch *int64
-		var vote, preason, committables *string
-		if err := rows.Scan(&cp.Job, &cp.ID, &cp.Seq, &status, &cp.AutoCommit, &cp.CreatedAt, &cp.Deadline, &cp.DecidedAt, &cp.CompletedAt, &reason,
-			&p.Name, &epoch, &vote, &preason, &committables, &p.VotedAt, &p.AckedAt); err != nil {
+		if err := rows.Scan(dest...); err != nil {
 			return nil, err
 		}
-		if cur == nil || cur.Job != cp.Job || cur.ID != cp.ID {
-			cp.Status = coordinator.Status(status)
-			cp.CreatedAt, cp.Deadline = cp.CreatedAt.UTC(), cp.Deadline.UTC()
-			cp.DecidedAt, cp.CompletedAt = utc(cp.DecidedAt), utc(cp.CompletedAt)
-			if reason != nil {
-				cp.AbortReason = *reason
+		if !job.Valid {
+			continue
+		}
+		if cur == nil || cur.Job != job.String || cur.ID != id.Int64 {
+			cur = &coordinator.Checkpoint{
+				Job:         job.String,
+				ID:          id.Int64,
+				Seq:         seq.Int64,
+				Status:      coordinator.Status(status.String),
+				AutoCommit:  autoCommit.Bool,
+				CreatedAt:   createdAt.Time.UTC(),
+				Deadline:    deadline.Time.UTC(),
+				DecidedAt:   utc(decidedAt),
+				CompletedAt: utc(completedAt),
 			}
-			cur = &cp
+			if reason != nil {
+				cur.AbortReason = *reason
+			}
 			cps = append(cps, cur)
+		}
+		p := coordinator.ParticipantState{VotedAt: utc(votedAt), AckedAt: utc(ackedAt)}
+		if name != nil {
+			p.Name = *name
 		}
 		if epoch != nil {
 			p.Epoch = *epoch
@@ -199,7 +287,6 @@ func scanCheckpoints(rows pgx.Rows) ([]*coordinator.Checkpoint, error) {
 		if committables != nil {
 			p.Committables = []byte(*committables)
 		}
-		p.VotedAt, p.AckedAt = utc(p.VotedAt), utc(p.AckedAt)
 		cur.Participants = append(cur.Participants, p)
 	}
 	return cps, rows.Err()
@@ -232,8 +319,9 @@ func (t *jobTx) queryCheckpoints(sql string, args ...any) ([]*coordinator.Checkp
 }
 
 func (t *jobTx) Preparing(ctx context.Context) ([]*coordinator.Checkpoint, error) {
-	// What begin loaded still stands if nothing was written since.
-	if t.loaded && len(t.queue.what) == 0 {
+	// What begin loaded still stands if this update wrote nothing since: the other
+	// updates of the transaction are on other jobs.
+	if t.loaded && !t.wrote {
 		cps := t.preparing
 		t.preparing, t.loaded = nil, false
 		return cps, nil
@@ -243,6 +331,11 @@ func (t *jobTx) Preparing(ctx context.Context) ([]*coordinator.Checkpoint, error
 }
 
 func (t *jobTx) Checkpoint(ctx context.Context, id int64) (*coordinator.Checkpoint, error) {
+	if t.hinted != nil && t.hinted.ID == id && !t.wrote {
+		cp := t.hinted
+		t.hinted = nil
+		return cp, nil
+	}
 	cps, err := t.queryCheckpoints(checkpointSQL, t.job.Name, id)
 	if err != nil {
 		return nil, err
@@ -287,22 +380,10 @@ func (t *jobTx) InsertCheckpoint(ctx context.Context, cp *coordinator.Checkpoint
 	for i, p := range cp.Participants {
 		names[i] = p.Name
 	}
-	results, err := t.queue.send(t.ctx, t.conn, func(b *pgx.Batch) {
-		b.Queue(`
-			INSERT INTO checkpoints (job, id, status, auto_commit, created_at, deadline, decided_at, completed_at, abort_reason)
-			VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9) RETURNING seq`,
-			t.job.Name, cp.ID, string(cp.Status), cp.AutoCommit, cp.CreatedAt, cp.Deadline, cp.DecidedAt, cp.CompletedAt, nullable(cp.AbortReason))
-	})
-	if err != nil {
-		return err
-	}
-	err = results.QueryRow().Scan(&cp.Seq)
-	if closeErr := results.Close(); err == nil {
-		err = closeErr
-	}
-	if err != nil {
-		return fmt.Errorf("insert checkpoint %d: %w", cp.ID, err)
-	}
+	t.queue.addScan(fmt.Sprintf("insert checkpoint %d", cp.ID), func(row pgx.Row) error { return row.Scan(&cp.Seq) }, `
+		INSERT INTO checkpoints (job, id, status, auto_commit, created_at, deadline, decided_at, completed_at, abort_reason)
+		VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9) RETURNING seq`,
+		t.job.Name, cp.ID, string(cp.Status), cp.AutoCommit, cp.CreatedAt, cp.Deadline, cp.DecidedAt, cp.CompletedAt, nullable(cp.AbortReason))
 	t.queue.add("insert participants", `
 		INSERT INTO checkpoint_participants (job, checkpoint_id, position, participant)
 		SELECT $1, $2, n.ord, n.name FROM unnest($3::text[]) WITH ORDINALITY AS n(name, ord)`,
@@ -355,14 +436,14 @@ func (t *jobTx) SaveStatus(ctx context.Context, cp *coordinator.Checkpoint) erro
 	if err := t.writable(); err != nil {
 		return err
 	}
-	key := coordinator.BrokerKey(cp.Job, cp.ID)
+	key := t.origin + " " + coordinator.BrokerKey(cp.Job, cp.ID)
 	t.queue.add(fmt.Sprintf("save status of %d", cp.ID), `
 		WITH u AS (
 			UPDATE checkpoints SET status = $3, decided_at = $4, completed_at = $5, abort_reason = $6
 			WHERE job = $1 AND id = $2)
 		SELECT pg_notify('`+channel+`', $7)`,
 		cp.Job, cp.ID, string(cp.Status), cp.DecidedAt, cp.CompletedAt, nullable(cp.AbortReason), key)
-	t.decided = append(t.decided, key)
+	t.decided = append(t.decided, cp.Clone())
 	return nil
 }
 

@@ -6,6 +6,7 @@ package postgres
 
 import (
 	"context"
+	"crypto/rand"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -19,15 +20,16 @@ import (
 	"github.com/twophase/coordinator/coordinator"
 )
 
-// channel is the NOTIFY channel on which decisions are announced, payload "job/id".
+// channel is the NOTIFY channel on which decisions are announced, payload "origin job/id":
+// origin names the process that decided, which wakes its own waiters itself (Publish).
 const channel = "coordinator_decisions"
 
 // Options tune the store.
 type Options struct {
 	// MaxConns bounds the pool (default: pgxpool's, 4 or the number of CPUs).
 	MaxConns int32
-	// Writers is how many group commits may be in flight at once (default 4); each job
-	// always goes to the same one.
+	// Writers is how many group commits may be in flight at once (default 3); a job is in
+	// one at a time.
 	Writers int
 	// MaxBatch bounds how many updates one group commit takes (default 64).
 	MaxBatch int
@@ -43,6 +45,7 @@ type Store struct {
 	broker    coordinator.Broker
 	cancel    context.CancelFunc
 	listened  chan struct{}
+	origin    string // this process's name in announcements
 }
 
 var _ coordinator.Store = (*Store)(nil)
@@ -65,7 +68,7 @@ func Open(ctx context.Context, url string, opts Options) (*Store, error) {
 		return nil, fmt.Errorf("open database pool: %w", err)
 	}
 	lctx, cancel := context.WithCancel(context.Background())
-	s := &Store{pool: pool, logger: opts.Logger, cancel: cancel, listened: make(chan struct{})}
+	s := &Store{pool: pool, logger: opts.Logger, cancel: cancel, listened: make(chan struct{}), origin: rand.Text()}
 	s.committer = newCommitter(s, opts.Writers, opts.MaxBatch)
 	go s.listen(lctx, cfg.ConnConfig.Copy())
 	return s, nil
@@ -119,12 +122,18 @@ func (s *Store) listenOnce(ctx context.Context, cfg *pgx.ConnConfig) error {
 		if err != nil {
 			return err
 		}
-		s.broker.NotifyKey(n.Payload)
+		origin, key, ok := strings.Cut(n.Payload, " ")
+		if !ok {
+			key = n.Payload // from a coordinator that does not name itself
+		}
+		if origin != s.origin {
+			s.broker.NotifyKey(key)
+		}
 	}
 }
 
 // Subscribe implements coordinator.Store.
-func (s *Store) Subscribe(job string, id int64) (<-chan struct{}, func()) {
+func (s *Store) Subscribe(job string, id int64) *coordinator.Subscription {
 	return s.broker.Subscribe(job, id)
 }
 
@@ -143,8 +152,8 @@ func (s *Store) Ready(ctx context.Context) error {
 }
 
 // Update implements coordinator.Store. Updates are group-committed: see committer.
-func (s *Store) Update(ctx context.Context, job string, fn func(tx coordinator.JobTx) error) error {
-	return s.committer.update(ctx, job, fn)
+func (s *Store) Update(ctx context.Context, job string, checkpoint int64, fn func(tx coordinator.JobTx) error) error {
+	return s.committer.update(ctx, job, checkpoint, fn)
 }
 
 // View implements coordinator.Store.
@@ -167,7 +176,7 @@ func (s *Store) View(ctx context.Context, job string, fn func(tx coordinator.Job
 func (s *Store) view(ctx context.Context, conn *pgx.Conn, job string, fn func(tx coordinator.JobTx) error) error {
 	t := &jobTx{ctx: ctx, conn: conn, queue: &writeQueue{}}
 	t.queue.add("begin", "BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY")
-	if err := t.begin(job); err != nil {
+	if err := t.begin(job, 0); err != nil {
 		return err
 	}
 	fnErr := fn(t)
@@ -262,6 +271,23 @@ func scanJob(row pgx.Row, view bool, extra ...any) (*coordinator.Job, error) {
 	for i, n := range names {
 		j.Epochs[n] = epochs[i]
 	}
+	return &j, nil
+}
+
+// scanJobRow reads the jobRowColumns of a row; the job's Epochs are left nil.
+func scanJobRow(row pgx.Row) (*coordinator.Job, error) {
+	var j coordinator.Job
+	var timeoutMS int64
+	err := row.Scan(&j.Name, &j.Config.Participants, &timeoutMS, &j.Config.MaxConcurrentCheckpoints, &j.Config.AutoCommit,
+		&j.Seq, &j.CreatedAt, &j.UpdatedAt)
+	if err != nil {
+		if errors.Is(err, pgx.ErrNoRows) {
+			return nil, coordinator.ErrNotFound
+		}
+		return nil, err
+	}
+	j.Config.CheckpointTimeout = time.Duration(timeoutMS) * time.Millisecond
+	j.CreatedAt, j.UpdatedAt = j.CreatedAt.UTC(), j.UpdatedAt.UTC()
 	return &j, nil
 }
 

@@ -20,8 +20,8 @@ const maxBatch = 64
 // batchTimeout bounds one group commit.
 const batchTimeout = 20 * time.Second
 
-func (s *Store) update(ctx context.Context, job string, fn func(tx coordinator.JobTx) error) error {
-	return s.queue.Submit(ctx, job, fn)
+func (s *Store) update(ctx context.Context, job string, checkpoint int64, fn func(tx coordinator.JobTx) error) error {
+	return s.queue.Submit(ctx, job, checkpoint, fn)
 }
 
 // write is the writer goroutine.
@@ -59,7 +59,7 @@ func (s *Store) commit(ops []*groupcommit.Op) error {
 	}
 	defer tx.Rollback() //nolint:errcheck // after Commit it is a no-op
 	results := make([]error, len(ops))
-	decided := make([][]string, len(ops))
+	decided := make([][]*coordinator.Checkpoint, len(ops))
 	for i, o := range ops {
 		if _, err := tx.ExecContext(ctx, "SAVEPOINT update_op"); err != nil {
 			return err
@@ -84,8 +84,8 @@ func (s *Store) commit(ops []*groupcommit.Op) error {
 		return fmt.Errorf("commit: %w", err)
 	}
 	for i, o := range ops {
-		for _, key := range decided[i] {
-			s.broker.NotifyKey(key)
+		for _, cp := range decided[i] {
+			s.broker.Publish(cp)
 		}
 		if results[i] != nil && !coordinator.IsRejection(results[i]) && results[i] != coordinator.ErrNotFound {
 			results[i] = translate(results[i])

@@ -18,7 +18,7 @@ type jobTx struct {
 	write   bool
 	job     *coordinator.Job
 	now     time.Time
-	decided []string
+	decided []*coordinator.Checkpoint // as saved, published once committed
 }
 
 var _ coordinator.JobTx = (*jobTx)(nil)
@@ -253,7 +253,7 @@ func (t *jobTx) SaveStatus(ctx context.Context, cp *coordinator.Checkpoint) erro
 	if err != nil {
 		return fmt.Errorf("save status of %d: %w", cp.ID, err)
 	}
-	t.decided = append(t.decided, coordinator.BrokerKey(cp.Job, cp.ID))
+	t.decided = append(t.decided, cp.Clone())
 	return nil
 }
 

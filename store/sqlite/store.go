@@ -274,7 +274,7 @@ func now() time.Time { return time.Now().UTC().Truncate(time.Microsecond) }
 
 // Subscribe implements coordinator.Store. Only this process writes the database, so the
 // waiters are woken by its own commits.
-func (s *Store) Subscribe(job string, id int64) (<-chan struct{}, func()) {
+func (s *Store) Subscribe(job string, id int64) *coordinator.Subscription {
 	return s.broker.Subscribe(job, id)
 }
 
@@ -297,11 +297,11 @@ func (s *Store) Ready(ctx context.Context) error {
 const maxAttempts = 3
 
 // Update implements coordinator.Store.
-func (s *Store) Update(ctx context.Context, job string, fn func(tx coordinator.JobTx) error) error {
+func (s *Store) Update(ctx context.Context, job string, checkpoint int64, fn func(tx coordinator.JobTx) error) error {
 	if err := s.checkOpen(); err != nil {
 		return err
 	}
-	return s.update(ctx, job, fn)
+	return s.update(ctx, job, checkpoint, fn)
 }
 
 // GetCheckpoint implements coordinator.Store, in a read transaction.

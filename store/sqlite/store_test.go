@@ -250,7 +250,7 @@ func TestViewRefusesWrites(t *testing.T) {
 	if err == nil {
 		t.Fatal("write in View succeeded")
 	}
-	if err := st.Update(ctx, "nope", func(coordinator.JobTx) error { return nil }); err != coordinator.ErrNotFound {
+	if err := st.Update(ctx, "nope", 0, func(coordinator.JobTx) error { return nil }); err != coordinator.ErrNotFound {
 		t.Fatalf("Update of a missing job: %v, want ErrNotFound itself", err)
 	}
 	if err := st.View(ctx, "j", func(tx coordinator.JobTx) error {

@@ -46,6 +46,8 @@ func runContract(t *testing.T, o opener) {
 		{"Seq/ContinuesAfterDeleteAndRecreate", testSeqContinues},
 		{"Epochs/SetEpoch", testSetEpoch},
 		{"Preparing/OnlyPreparingLowestFirst", testPreparing},
+		{"Update/CheckpointHint", testCheckpointHint},
+		{"Update/ManyJobsAtOnce", testUpdateManyJobsAtOnce},
 		{"Owing/Filters", testOwing},
 		{"Owing/AbortedWithoutPreparedVote", testOwingAbortedWithoutPreparedVote},
 		{"Idempotency/RoundTrip", testIdempotencyRoundTrip},
@@ -270,7 +272,7 @@ func testListJobsShowsLastCheckpoints(t *testing.T, b *bundle) {
 
 func testUpdateMissingJob(t *testing.T, b *bundle) {
 	called := false
-	err := b.store.Update(b.ctx, "nope", func(tx coordinator.JobTx) error { called = true; return nil })
+	err := b.store.Update(b.ctx, "nope", 0, func(tx coordinator.JobTx) error { called = true; return nil })
 	wantNotFound(t, "Update of a missing job", err)
 	if called {
 		t.Fatal("Update of a missing job called fn")
@@ -278,7 +280,7 @@ func testUpdateMissingJob(t *testing.T, b *bundle) {
 	// A deleted job is missing too.
 	b.putJob("gone", config("a"))
 	b.update("gone", func(tx coordinator.JobTx) error { return tx.DeleteJob(b.ctx) })
-	err = b.store.Update(b.ctx, "gone", func(tx coordinator.JobTx) error { called = true; return nil })
+	err = b.store.Update(b.ctx, "gone", 0, func(tx coordinator.JobTx) error { called = true; return nil })
 	wantNotFound(t, "Update of a deleted job", err)
 	if called {
 		t.Fatal("Update of a deleted job called fn")
@@ -436,7 +438,7 @@ func testUpdateRollsBackOnError(t *testing.T, b *bundle) {
 	b.insert("j", nil)
 	before := b.checkpoint("j", 1)
 	boom := errors.New("boom")
-	err := b.store.Update(b.ctx, "j", func(tx coordinator.JobTx) error {
+	err := b.store.Update(b.ctx, "j", 0, func(tx coordinator.JobTx) error {
 		if err := b.writeSome(tx); err != nil {
 			return fmt.Errorf("write: %w", err)
 		}
@@ -453,7 +455,7 @@ func testUpdateRollsBackOnUnavailable(t *testing.T, b *bundle) {
 	b.insert("j", nil)
 	before := b.checkpoint("j", 1)
 	cause := errors.New("connection reset")
-	err := b.store.Update(b.ctx, "j", func(tx coordinator.JobTx) error {
+	err := b.store.Update(b.ctx, "j", 0, func(tx coordinator.JobTx) error {
 		if err := b.writeSome(tx); err != nil {
 			return fmt.Errorf("write: %w", err)
 		}
@@ -469,7 +471,7 @@ func testUpdateCommitsOnRejection(t *testing.T, b *bundle) {
 	b.putJob("j", config("a"))
 	b.insert("j", nil)
 	rejection := &coordinator.Error{Code: coordinator.CodeAlreadyDecided, Message: "refused after aborting"}
-	err := b.store.Update(b.ctx, "j", func(tx coordinator.JobTx) error {
+	err := b.store.Update(b.ctx, "j", 0, func(tx coordinator.JobTx) error {
 		if err := b.writeSome(tx); err != nil {
 			return fmt.Errorf("write: %w", err)
 		}
@@ -483,7 +485,7 @@ func testUpdateCommitsOnRejection(t *testing.T, b *bundle) {
 	// A rejection wrapped with context is still a rejection (IsRejection uses errors.As).
 	b.putJob("w", config("a"))
 	wrapped := fmt.Errorf("context: %w", &coordinator.Error{Code: coordinator.CodeVoteConflict})
-	err = b.store.Update(b.ctx, "w", func(tx coordinator.JobTx) error {
+	err = b.store.Update(b.ctx, "w", 0, func(tx coordinator.JobTx) error {
 		if err := tx.SetEpoch(b.ctx, "a", 3); err != nil {
 			return err
 		}
@@ -506,7 +508,7 @@ func testUpdateHoldsTheJobLock(t *testing.T, b *bundle) {
 	var wg sync.WaitGroup
 	for range n {
 		wg.Go(func() {
-			errs <- b.store.Update(b.ctx, "j", func(tx coordinator.JobTx) error {
+			errs <- b.store.Update(b.ctx, "j", 0, func(tx coordinator.JobTx) error {
 				e := tx.Job().Epoch("a")
 				time.Sleep(time.Millisecond)
 				return tx.SetEpoch(b.ctx, "a", e+1)
@@ -582,24 +584,19 @@ func testCheckpointNotFound(t *testing.T, b *bundle) {
 
 func testCheckpointInsertRoundTrip(t *testing.T, b *bundle) {
 	b.putJob("j", config("zeta", "alpha", "mid"))
-	var want *coordinator.Checkpoint
+	var cp *coordinator.Checkpoint
 	b.update("j", func(tx coordinator.JobTx) error {
-		cp := newCheckpoint(tx, "j")
+		cp = newCheckpoint(tx, "j")
 		cp.CreatedAt = tx.Now().Add(-123456789 * time.Nanosecond)
 		cp.Deadline = tx.Now().Add(90*time.Second + 987654321*time.Nanosecond)
 		cp.AutoCommit = false // differs from the job's: the checkpoint's own is stored
-		if err := tx.InsertCheckpoint(b.ctx, cp, nil); err != nil {
-			return err
-		}
-		if cp.Seq <= 0 {
-			t.Errorf("InsertCheckpoint assigned Seq %d, want > 0", cp.Seq)
-		}
-		want = cp.Clone()
-		return nil
+		return tx.InsertCheckpoint(b.ctx, cp, nil)
 	})
-	if t.Failed() {
-		t.FailNow()
+	// Seq is assigned by the time the update committed.
+	if cp.Seq <= 0 {
+		t.Fatalf("InsertCheckpoint assigned Seq %d once committed, want > 0", cp.Seq)
 	}
+	want := cp.Clone()
 	got := b.checkpoint("j", 1)
 	wantCheckpoint(t, "Checkpoint(1) after InsertCheckpoint", want, got)
 	if got.Seq != want.Seq {
@@ -903,6 +900,170 @@ func testPreparing(t *testing.T, b *bundle) {
 	})
 }
 
+// testCheckpointHint: the checkpoint named to Update is read as any other, whatever its
+// status, also after this update wrote to it, and naming one changes nothing else.
+func testCheckpointHint(t *testing.T, b *bundle) {
+	b.putJob("j", config("a", "b"))
+	for range 3 {
+		b.insert("j", nil)
+	}
+	b.decide("j", 1, coordinator.StatusCommitting, "")
+	b.saveVote("j", 2, "a", coordinator.VotePrepared, `["two"]`)
+	b.decide("j", 3, coordinator.StatusAborted, "no")
+	update := func(hint int64, fn func(tx coordinator.JobTx) error) {
+		t.Helper()
+		if err := b.store.Update(b.ctx, "j", hint, fn); err != nil {
+			t.Fatalf("Update(j, %d): %v", hint, err)
+		}
+	}
+	want := map[int64]*coordinator.Checkpoint{}
+	for id := int64(1); id <= 3; id++ {
+		want[id] = b.checkpoint("j", id)
+	}
+	for _, hint := range []int64{0, 1, 2, 3, 99} {
+		update(hint, func(tx coordinator.JobTx) error {
+			ps, err := tx.Preparing(b.ctx)
+			if err != nil {
+				return err
+			}
+			wantIDs(t, fmt.Sprintf("Preparing with hint %d", hint), ps, "j/2")
+			for id := int64(1); id <= 3; id++ {
+				got, err := tx.Checkpoint(b.ctx, id)
+				if err != nil {
+					return err
+				}
+				wantCheckpoint(t, fmt.Sprintf("Checkpoint(%d) with hint %d", id, hint), want[id], got)
+			}
+			if _, err := tx.Checkpoint(b.ctx, 99); err != coordinator.ErrNotFound {
+				t.Errorf("Checkpoint(99) with hint %d: %v, want ErrNotFound", hint, err)
+			}
+			return nil
+		})
+	}
+	// Written first (reached another way), read after: the read shows the write.
+	update(1, func(tx coordinator.JobTx) error {
+		owing, err := tx.Owing(b.ctx, "a")
+		if err != nil {
+			return err
+		}
+		var cp *coordinator.Checkpoint
+		for _, o := range owing {
+			if o.ID == 1 {
+				cp = o
+			}
+		}
+		if cp == nil {
+			t.Fatalf("Owing(a) lacks committing checkpoint 1: %v", owing)
+		}
+		now := tx.Now()
+		p := cp.Participant("a")
+		p.AckedAt = &now
+		if err := tx.SaveAck(b.ctx, cp, p); err != nil {
+			return err
+		}
+		again, err := tx.Checkpoint(b.ctx, 1)
+		if err != nil {
+			return err
+		}
+		if again == cp || again.Participant("a").AckedAt == nil {
+			t.Errorf("Checkpoint(1) after SaveAck in the same update: acked_at %v, want the ack (a fresh read)", again.Participant("a").AckedAt)
+		}
+		return nil
+	})
+	update(3, func(tx coordinator.JobTx) error {
+		cp, err := tx.Checkpoint(b.ctx, 2)
+		if err != nil {
+			return err
+		}
+		cp.Status = coordinator.StatusAborted
+		now := tx.Now()
+		cp.DecidedAt, cp.AbortReason = &now, "by hand"
+		if err := tx.SaveStatus(b.ctx, cp); err != nil {
+			return err
+		}
+		ps, err := tx.Preparing(b.ctx)
+		if err != nil {
+			return err
+		}
+		wantIDs(t, "Preparing after aborting 2 in the same update", ps)
+		return nil
+	})
+	if err := b.store.Update(b.ctx, "nope", 1, func(coordinator.JobTx) error { return nil }); err != coordinator.ErrNotFound {
+		t.Fatalf("Update of a missing job with a hint: %v, want ErrNotFound", err)
+	}
+}
+
+// testUpdateManyJobsAtOnce runs updates on many jobs, two per checkpoint, at once, so that
+// a store that commits several together sees jobs with one and with several updates, some
+// of a missing job, in one go: each must see its own job, and every write must land.
+func testUpdateManyJobsAtOnce(t *testing.T, b *bundle) {
+	const jobs, rounds = 12, 4
+	for j := range jobs {
+		b.putJob(fmt.Sprintf("m%02d", j), config("a", "b"))
+	}
+	var wg sync.WaitGroup
+	errs := make(chan error, jobs*rounds*3)
+	for j := range jobs {
+		name := fmt.Sprintf("m%02d", j)
+		wg.Go(func() {
+			for r := int64(1); r <= rounds; r++ {
+				err := b.store.Update(b.ctx, name, 0, func(tx coordinator.JobTx) error {
+					return tx.InsertCheckpoint(b.ctx, newCheckpoint(tx, name), nil)
+				})
+				if err != nil {
+					errs <- fmt.Errorf("insert %s/%d: %w", name, r, err)
+					return
+				}
+				var inner sync.WaitGroup
+				for _, p := range []string{"a", "b"} {
+					inner.Go(func() {
+						err := b.store.Update(b.ctx, name, r, func(tx coordinator.JobTx) error {
+							if tx.Job().Name != name {
+								return fmt.Errorf("update of %s saw job %s", name, tx.Job().Name)
+							}
+							cp, err := tx.Checkpoint(b.ctx, r)
+							if err != nil {
+								return err
+							}
+							ps := cp.Participant(p)
+							now := tx.Now()
+							ps.Epoch, ps.Vote, ps.VotedAt = 1, coordinator.VotePrepared, &now
+							ps.Committables = json.RawMessage(fmt.Sprintf(`["%s/%d/%s"]`, name, r, p))
+							return tx.SaveVote(b.ctx, cp, ps)
+						})
+						if err != nil {
+							errs <- fmt.Errorf("vote %s/%d/%s: %w", name, r, p, err)
+						}
+					})
+				}
+				wg.Go(func() {
+					if err := b.store.Update(b.ctx, "missing", r, func(coordinator.JobTx) error { return nil }); err != coordinator.ErrNotFound {
+						errs <- fmt.Errorf("update of a missing job: %v, want ErrNotFound", err)
+					}
+				})
+				inner.Wait()
+			}
+		})
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Error(err)
+	}
+	for j := range jobs {
+		name := fmt.Sprintf("m%02d", j)
+		for r := int64(1); r <= rounds; r++ {
+			cp := b.checkpoint(name, r)
+			for _, p := range []string{"a", "b"} {
+				want := fmt.Sprintf(`["%s/%d/%s"]`, name, r, p)
+				if got := cp.Participant(p); got.Vote != coordinator.VotePrepared || string(got.Committables) != want {
+					t.Errorf("%s/%d: %s's vote %q %s, want prepared %s", name, r, p, got.Vote, got.Committables, want)
+				}
+			}
+		}
+	}
+}
+
 func testOwing(t *testing.T, b *bundle) {
 	b.putJob("j", config("p1", "p2"))
 	b.putJob("other", config("p1", "p2"))
@@ -1192,28 +1353,47 @@ func testListCheckpointsGlobal(t *testing.T, b *bundle) {
 func testSubscribeWoken(t *testing.T, b *bundle) {
 	b.putJob("j", config("a"))
 	b.insert("j", nil)
-	decided, cancel := b.store.Subscribe("j", 1)
-	defer cancel()
+	b.saveVote("j", 1, "a", coordinator.VotePrepared, `["one"]`)
+	sub := b.store.Subscribe("j", 1)
+	defer sub.Cancel()
 	b.decide("j", 1, coordinator.StatusAborted, "x")
-	if !waitClosed(decided, time.Second) {
+	if !waitClosed(sub.Done(), time.Second) {
 		t.Fatal("a waiter subscribed before a decision committed was not woken within 1s")
 	}
+	wantPublished(t, sub, b.checkpoint("j", 1))
 	// A commit decision wakes too, and a second round of waiting works.
 	b.insert("j", nil)
-	decided2, cancel2 := b.store.Subscribe("j", 2)
-	defer cancel2()
+	sub2 := b.store.Subscribe("j", 2)
+	defer sub2.Cancel()
 	b.decide("j", 2, coordinator.StatusCommitting, "")
-	if !waitClosed(decided2, time.Second) {
+	if !waitClosed(sub2.Done(), time.Second) {
 		t.Fatal("a waiter on checkpoint 2 was not woken within 1s by its commit decision")
+	}
+	wantPublished(t, sub2, b.checkpoint("j", 2))
+}
+
+// wantPublished checks what a waiter woken by a decision this store took is handed: the
+// checkpoint as committed (a store may hand nothing, then the waiter reads it; these
+// stores all hand it), and a copy of its own.
+func wantPublished(t *testing.T, sub *coordinator.Subscription, committed *coordinator.Checkpoint) {
+	t.Helper()
+	got := sub.Decided()
+	if got == nil {
+		t.Fatalf("a waiter woken by a decision this process committed was handed no checkpoint")
+	}
+	wantCheckpoint(t, "the checkpoint handed to a waiter", committed, got)
+	got.Status = "scribbled"
+	if again := sub.Decided(); again.Status != committed.Status {
+		t.Fatalf("a waiter's change to the checkpoint it was handed shows in the next one: %s", again.Status)
 	}
 }
 
 func testSubscribeWokenOnRejection(t *testing.T, b *bundle) {
 	b.putJob("j", config("a"))
 	b.insert("j", nil)
-	decided, cancel := b.store.Subscribe("j", 1)
-	defer cancel()
-	err := b.store.Update(b.ctx, "j", func(tx coordinator.JobTx) error {
+	sub := b.store.Subscribe("j", 1)
+	defer sub.Cancel()
+	err := b.store.Update(b.ctx, "j", 0, func(tx coordinator.JobTx) error {
 		cp, err := tx.Checkpoint(b.ctx, 1)
 		if err != nil {
 			return err
@@ -1223,28 +1403,30 @@ func testSubscribeWokenOnRejection(t *testing.T, b *bundle) {
 		if err := tx.SaveStatus(b.ctx, cp); err != nil {
 			return err
 		}
+		// Changed after it was saved: not what committed, so not what a waiter gets.
+		cp.AbortReason = "not saved"
 		return &coordinator.Error{Code: coordinator.CodeAlreadyDecided}
 	})
 	wantErr(t, "Update", err, coordinator.ErrAlreadyDecided)
-	if !waitClosed(decided, time.Second) {
+	if !waitClosed(sub.Done(), time.Second) {
 		t.Fatal("a decision saved in an Update that returned a rejection (so committed) did not wake its waiter within 1s")
 	}
+	wantPublished(t, sub, b.checkpoint("j", 1))
 }
 
 func testSubscribeCancel(t *testing.T, b *bundle) {
 	b.putJob("j", config("a"))
 	b.insert("j", nil)
-	_, cancelled := b.store.Subscribe("j", 1)
-	kept, cancel := b.store.Subscribe("j", 1)
-	defer cancel()
-	cancelled()
+	cancelled := b.store.Subscribe("j", 1)
+	kept := b.store.Subscribe("j", 1)
+	defer kept.Cancel()
+	cancelled.Cancel()
 	// Many waiters that come and go leave the store working.
 	for range 100 {
-		_, c := b.store.Subscribe("j", 1)
-		c()
+		b.store.Subscribe("j", 1).Cancel()
 	}
 	b.decide("j", 1, coordinator.StatusAborted, "x")
-	if !waitClosed(kept, time.Second) {
+	if !waitClosed(kept.Done(), time.Second) {
 		t.Fatal("cancelling one waiter kept another on the same checkpoint from being woken")
 	}
 }

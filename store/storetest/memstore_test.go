@@ -25,8 +25,7 @@ type memStore struct {
 	mu    sync.Mutex
 	state *memState
 
-	subMu sync.Mutex
-	subs  map[memKey]map[*chan struct{}]bool
+	broker coordinator.Broker
 }
 
 type memKey struct {
@@ -54,7 +53,6 @@ func newMemStore() *memStore {
 			cps:    map[string]map[int64]*coordinator.Checkpoint{},
 			idem:   map[string]map[string]coordinator.IdempotencyRecord{},
 		},
-		subs: map[memKey]map[*chan struct{}]bool{},
 	}
 }
 
@@ -136,10 +134,10 @@ type memTx struct {
 	name     string
 	now      time.Time
 	readOnly bool
-	decided  []memKey
+	decided  []*coordinator.Checkpoint
 }
 
-func (s *memStore) Update(ctx context.Context, job string, fn func(tx coordinator.JobTx) error) error {
+func (s *memStore) Update(ctx context.Context, job string, _ int64, fn func(tx coordinator.JobTx) error) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.state.jobs[job] == nil {
@@ -151,8 +149,8 @@ func (s *memStore) Update(ctx context.Context, job string, fn func(tx coordinato
 		return err
 	}
 	s.state = tx.state
-	for _, k := range tx.decided {
-		s.announce(k)
+	for _, cp := range tx.decided {
+		s.broker.Publish(cp)
 	}
 	return err
 }
@@ -263,29 +261,8 @@ func (s *memStore) ExpiredJobs(ctx context.Context) ([]string, error) {
 	return out, nil
 }
 
-func (s *memStore) Subscribe(job string, id int64) (<-chan struct{}, func()) {
-	s.subMu.Lock()
-	defer s.subMu.Unlock()
-	ch := make(chan struct{})
-	k := memKey{job, id}
-	if s.subs[k] == nil {
-		s.subs[k] = map[*chan struct{}]bool{}
-	}
-	s.subs[k][&ch] = true
-	return ch, func() {
-		s.subMu.Lock()
-		defer s.subMu.Unlock()
-		delete(s.subs[k], &ch)
-	}
-}
-
-func (s *memStore) announce(k memKey) {
-	s.subMu.Lock()
-	defer s.subMu.Unlock()
-	for ch := range s.subs[k] {
-		close(*ch)
-	}
-	delete(s.subs, k)
+func (s *memStore) Subscribe(job string, id int64) *coordinator.Subscription {
+	return s.broker.Subscribe(job, id)
 }
 
 func (s *memStore) Ready(ctx context.Context) error { return nil }
@@ -394,7 +371,7 @@ func (tx *memTx) SaveStatus(ctx context.Context, cp *coordinator.Checkpoint) err
 		return err
 	}
 	st.Status, st.DecidedAt, st.CompletedAt, st.AbortReason = cp.Status, cp.DecidedAt, cp.CompletedAt, cp.AbortReason
-	tx.decided = append(tx.decided, memKey{tx.name, cp.ID})
+	tx.decided = append(tx.decided, cp.Clone())
 	return nil
 }
 

@@ -82,7 +82,7 @@ func (b *bundle) getJob(name string) *coordinator.Job {
 
 func (b *bundle) update(job string, fn func(tx coordinator.JobTx) error) {
 	b.t.Helper()
-	if err := b.store.Update(b.ctx, job, fn); err != nil {
+	if err := b.store.Update(b.ctx, job, 0, fn); err != nil {
 		b.t.Fatalf("Update(%s): %v", job, err)
 	}
 }

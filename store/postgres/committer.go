@@ -32,6 +32,15 @@ type committer struct {
 	maxBatch int
 	stop     chan struct{}
 	done     chan struct{}
+	join     chan joinRequest
+}
+
+// joinRequest asks the dispatcher, for a batch about to commit, for the updates that came
+// meanwhile for its jobs (whose locks it holds), up to max.
+type joinRequest struct {
+	jobs  map[string]bool
+	max   int
+	reply chan []*groupcommit.Op
 }
 
 // batchTimeout bounds one group commit; requests give up earlier on their own deadline.
@@ -49,7 +58,7 @@ func newCommitter(s *Store, workers, maxBatch int) *committer {
 	}
 	stop := make(chan struct{})
 	c := &committer{store: s, queue: groupcommit.NewQueue(stop), workers: workers, maxBatch: maxBatch,
-		stop: stop, done: make(chan struct{})}
+		stop: stop, done: make(chan struct{}), join: make(chan joinRequest)}
 	go c.dispatch()
 	return c
 }
@@ -79,17 +88,9 @@ func (c *committer) dispatch() {
 				break
 			}
 			running++
-			go func() {
-				c.run(batch)
-				finished <- batch
-			}()
+			go func() { finished <- c.run(batch) }()
 		}
-		select {
-		case o := <-arrivals:
-			if c.queue.Claim(o) {
-				waiting = append(waiting, o)
-			}
-		take:
+		take := func() {
 			for len(waiting) < 4*c.maxBatch {
 				select {
 				case o := <-arrivals:
@@ -97,9 +98,33 @@ func (c *committer) dispatch() {
 						waiting = append(waiting, o)
 					}
 				default:
-					break take
+					return
 				}
 			}
+		}
+		select {
+		case o := <-arrivals:
+			if c.queue.Claim(o) {
+				waiting = append(waiting, o)
+			}
+			take()
+		case req := <-c.join:
+			take()
+			var joined []*groupcommit.Op
+			rest := waiting[:0]
+			for _, o := range waiting {
+				switch {
+				case len(joined) >= req.max || !req.jobs[o.Job]:
+					rest = append(rest, o)
+				case o.Ctx.Err() != nil:
+					o.Finish(o.Ctx.Err())
+				default:
+					joined = append(joined, o)
+				}
+			}
+			clear(waiting[len(rest):])
+			waiting = rest
+			req.reply <- joined
 		case batch := <-finished:
 			running--
 			for _, o := range batch {
@@ -142,34 +167,57 @@ func (c *committer) next(waiting *[]*groupcommit.Op, busy map[string]bool) []*gr
 	return batch
 }
 
-// run commits a batch, or its updates one by one if the batch fails.
-func (c *committer) run(live []*groupcommit.Op) {
-	slices.SortStableFunc(live, func(a, b *groupcommit.Op) int { return strings.Compare(a.Job, b.Job) })
-	err := c.commit(live)
+// run commits a batch, or its updates one by one if the batch fails, and returns its
+// updates, with those that joined it.
+func (c *committer) run(batch []*groupcommit.Op) []*groupcommit.Op {
+	slices.SortStableFunc(batch, func(a, b *groupcommit.Op) int { return strings.Compare(a.Job, b.Job) })
+	ops, err := c.commit(batch, true)
 	if err == nil {
-		return
+		return ops
 	}
-	for _, o := range live {
-		if len(live) > 1 {
-			err = c.commit([]*groupcommit.Op{o})
+	for _, o := range ops {
+		if len(ops) > 1 {
+			_, err = c.commit([]*groupcommit.Op{o}, false)
 		}
 		for attempt := 1; retryable(err) && attempt < maxAttempts; attempt++ {
-			err = c.commit([]*groupcommit.Op{o})
+			_, err = c.commit([]*groupcommit.Op{o}, false)
 		}
 		if err != nil {
 			o.Finish(translate(err))
 		}
 	}
+	return ops
 }
 
-// commit runs the updates in one transaction. On success it answers every update and
-// returns nil; on failure it answers none and returns the error.
-func (c *committer) commit(ops []*groupcommit.Op) error {
+// more returns the updates that came, while the batch ops ran, for the jobs of ops: they
+// join the batch before it commits (their jobs' locks are held already, so no lock is
+// taken out of order), instead of waiting for a transaction of their own.
+func (c *committer) more(ops []*groupcommit.Op) []*groupcommit.Op {
+	if len(ops) >= c.maxBatch {
+		return nil
+	}
+	jobs := make(map[string]bool, len(ops))
+	for _, o := range ops {
+		jobs[o.Job] = true
+	}
+	req := joinRequest{jobs: jobs, max: c.maxBatch - len(ops), reply: make(chan []*groupcommit.Op, 1)}
+	select {
+	case c.join <- req:
+		return <-req.reply
+	case <-c.stop:
+		return nil
+	}
+}
+
+// commit runs the updates in one transaction, with those that join it if join is true.
+// On success it answers every update and returns nil; on failure it answers none and
+// returns the error. Either way it returns the updates it took.
+func (c *committer) commit(ops []*groupcommit.Op, join bool) ([]*groupcommit.Op, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), batchTimeout)
 	defer cancel()
 	pooled, err := c.store.pool.Acquire(ctx)
 	if err != nil {
-		return fmt.Errorf("acquire connection: %w", err)
+		return ops, fmt.Errorf("acquire connection: %w", err)
 	}
 	// A connection left inside a transaction is closed by the pool on release.
 	defer pooled.Release()
@@ -189,39 +237,59 @@ func (c *committer) commit(ops []*groupcommit.Op) error {
 		}
 	})
 	if err != nil {
-		return err
+		return ops, err
 	}
+	stale := make([]bool, len(ops))
 	for i, o := range ops {
 		if txs[i] != nil {
-			if errs[i] = txs[i].readBegin(results, o.Checkpoint); errs[i] != nil && errs[i] != coordinator.ErrNotFound {
+			if stale[i], errs[i] = txs[i].readBegin(results, o.Checkpoint); errs[i] != nil && errs[i] != coordinator.ErrNotFound {
 				results.Close()
-				return errs[i]
+				return ops, errs[i]
 			}
 		}
 	}
 	if err := results.Close(); err != nil {
-		return err
+		return ops, err
 	}
-	answers := make([]error, len(ops))
-	decided := make([][]*coordinator.Checkpoint, len(ops))
 	for i, o := range ops {
-		t := txs[i]
+		if stale[i] {
+			if err := txs[i].readState(o.Checkpoint); err != nil {
+				return ops, err
+			}
+		}
+	}
+	answers := make([]error, 0, len(ops))
+	decided := make([][]*coordinator.Checkpoint, 0, len(ops))
+	for i := 0; ; i++ {
+		if i == len(ops) {
+			more := []*groupcommit.Op(nil)
+			if join {
+				more = c.more(ops)
+			}
+			if len(more) == 0 {
+				break
+			}
+			ops = append(ops, more...)
+			txs = append(txs, make([]*jobTx, len(more))...)
+			errs = append(errs, make([]error, len(more))...)
+		}
+		o, t := ops[i], txs[i]
 		if t == nil {
 			t = &jobTx{ctx: ctx, conn: conn, write: true, queue: queue, origin: c.store.origin}
 			errs[i] = t.begin(o.Job, o.Checkpoint)
 		}
 		if errs[i] != nil {
 			if errs[i] == coordinator.ErrNotFound {
-				answers[i] = errs[i]
+				answers, decided = append(answers, errs[i]), append(decided, nil)
 				continue
 			}
-			return errs[i]
+			return ops, errs[i]
 		}
 		fnErr := o.Fn(t)
 		if fnErr != nil && !coordinator.IsRejection(fnErr) {
-			return fnErr
+			return ops, fnErr
 		}
-		answers[i], decided[i] = fnErr, t.decided
+		answers, decided = append(answers, fnErr), append(decided, t.decided)
 	}
 	queue.add("commit", "COMMIT")
 	if err := queue.flush(ctx, conn); err != nil {
@@ -231,7 +299,7 @@ func (c *committer) commit(ops []*groupcommit.Op) error {
 				c.store.broker.Notify(cp.Job, cp.ID)
 			}
 		}
-		return fmt.Errorf("commit: %w", err)
+		return ops, fmt.Errorf("commit: %w", err)
 	}
 	for i, o := range ops {
 		for _, cp := range decided[i] {
@@ -239,5 +307,5 @@ func (c *committer) commit(ops []*groupcommit.Op) error {
 		}
 		o.Finish(answers[i])
 	}
-	return nil
+	return ops, nil
 }

@@ -2,6 +2,7 @@ package postgres
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"time"
@@ -31,7 +32,7 @@ type jobTx struct {
 	loaded    bool                      // preparing holds what begin loaded, not yet handed out
 	wrote     bool                      // this update queued a write since begin
 	queue     *writeQueue
-	origin    string // names this process in announcements (channel)
+	origin    string                    // names this process in announcements (channel)
 	decided   []*coordinator.Checkpoint // as saved, published once committed
 }
 
@@ -99,21 +100,92 @@ func (q *writeQueue) flush(ctx context.Context, conn *pgx.Conn) error {
 const jobRowColumns = `j.name, j.participants, j.checkpoint_timeout_ms, j.max_concurrent_checkpoints, j.auto_commit,
 	j.seq, j.created_at, j.updated_at`
 
-// lockJobSQL locks the job's row and reads it as it stands once the lock is granted: a
-// statement that waits for a row lock re-reads that row. Only that row: anything else it
-// read (epochs, checkpoints, the clock) could predate the transaction that held the lock,
-// so those come from stateSQL, the next statement, whose snapshot is taken after the lock.
-const lockJobSQL = "SELECT " + jobRowColumns + " FROM jobs j WHERE j.name = $1 AND NOT j.deleted FOR UPDATE"
+// lockJobSQL locks the job's row, bumps its version and returns it as it stands once the
+// lock is granted (a statement that waits for a row lock works on the row's latest
+// version), with the clock, taken once the lock is held (so that a decision is timed when
+// it is taken). It also reads the job's epochs, its preparing checkpoints and checkpoint
+// $2 whatever its status (0: none), but those come from the statement's snapshot, which
+// may predate the transaction that held the lock: they are current only if the version
+// the snapshot saw ("seen") is the one the lock found. Otherwise stateSQL reads them again.
+var lockJobSQL = `UPDATE jobs j SET version = j.version + 1 WHERE j.name = $1 AND NOT j.deleted
+	RETURNING ` + jobRowColumns + `, j.version - 1, (SELECT o.version FROM jobs o WHERE o.name = $1), clock_timestamp(),
+	(SELECT coalesce(array_agg(e.participant ORDER BY e.participant), '{}') FROM participant_epochs e WHERE e.job = $1),
+	(SELECT coalesce(array_agg(e.epoch ORDER BY e.participant), '{}') FROM participant_epochs e WHERE e.job = $1),
+	(SELECT coalesce(json_agg(json_build_object(
+			'job', c.job, 'id', c.id, 'seq', c.seq, 'status', c.status, 'auto_commit', c.auto_commit,
+			'created_at', c.created_at, 'deadline', c.deadline, 'decided_at', c.decided_at,
+			'completed_at', c.completed_at, 'abort_reason', c.abort_reason,
+			'participants', (
+				SELECT json_agg(json_build_object(
+					'name', p.participant, 'epoch', p.epoch, 'vote', p.vote, 'reason', p.reason,
+					'committables', p.committables, 'voted_at', p.voted_at, 'acked_at', p.acked_at) ORDER BY p.position)
+				FROM checkpoint_participants p WHERE p.job = c.job AND p.checkpoint_id = c.id))
+			ORDER BY c.id), '[]')
+		FROM (SELECT * FROM checkpoints WHERE job = $1 AND status = 'preparing'
+		      UNION ALL
+		      SELECT * FROM checkpoints WHERE job = $1 AND id = $2 AND status <> 'preparing') c)`
+
+// jsonCheckpoint is a checkpoint as lockJobSQL returns it.
+type jsonCheckpoint struct {
+	Job          string     `json:"job"`
+	ID           int64      `json:"id"`
+	Seq          int64      `json:"seq"`
+	Status       string     `json:"status"`
+	AutoCommit   bool       `json:"auto_commit"`
+	CreatedAt    time.Time  `json:"created_at"`
+	Deadline     time.Time  `json:"deadline"`
+	DecidedAt    *time.Time `json:"decided_at"`
+	CompletedAt  *time.Time `json:"completed_at"`
+	AbortReason  *string    `json:"abort_reason"`
+	Participants []struct {
+		Name         string     `json:"name"`
+		Epoch        *int64     `json:"epoch"`
+		Vote         *string    `json:"vote"`
+		Reason       *string    `json:"reason"`
+		Committables *string    `json:"committables"`
+		VotedAt      *time.Time `json:"voted_at"`
+		AckedAt      *time.Time `json:"acked_at"`
+	} `json:"participants"`
+}
+
+func (j *jsonCheckpoint) checkpoint() *coordinator.Checkpoint {
+	cp := &coordinator.Checkpoint{
+		Job: j.Job, ID: j.ID, Seq: j.Seq, Status: coordinator.Status(j.Status), AutoCommit: j.AutoCommit,
+		CreatedAt: j.CreatedAt.UTC(), Deadline: j.Deadline.UTC(), DecidedAt: utc(j.DecidedAt), CompletedAt: utc(j.CompletedAt),
+		Participants: make([]coordinator.ParticipantState, len(j.Participants)),
+	}
+	if j.AbortReason != nil {
+		cp.AbortReason = *j.AbortReason
+	}
+	for i, jp := range j.Participants {
+		p := &cp.Participants[i]
+		p.Name, p.VotedAt, p.AckedAt = jp.Name, utc(jp.VotedAt), utc(jp.AckedAt)
+		if jp.Epoch != nil {
+			p.Epoch = *jp.Epoch
+		}
+		if jp.Vote != nil {
+			p.Vote = coordinator.VoteKind(*jp.Vote)
+		}
+		if jp.Reason != nil {
+			p.Reason = *jp.Reason
+		}
+		if jp.Committables != nil {
+			p.Committables = []byte(*jp.Committables)
+		}
+	}
+	return cp
+}
 
 // stateSQL reads, under the job's lock: the clock (so that a decision is timed when it is
 // taken), the job's epochs, and its preparing checkpoints with checkpoint $2 whatever its
 // status ($2 = 0: none), one row per participant. With no such checkpoint it returns one
 // row, whose checkpoint columns are NULL.
 var stateSQL = `SELECT clock_timestamp(),
-	ARRAY(SELECT e.participant FROM participant_epochs e WHERE e.job = $1 ORDER BY e.participant),
-	ARRAY(SELECT e.epoch FROM participant_epochs e WHERE e.job = $1 ORDER BY e.participant),
+	e.participants, e.epochs,
 	` + checkpointColumns + `, ` + participantColumns + `
-	FROM (SELECT 1) one
+	FROM (SELECT coalesce(array_agg(participant ORDER BY participant), '{}') participants,
+	             coalesce(array_agg(epoch ORDER BY participant), '{}') epochs
+	      FROM participant_epochs WHERE job = $1) e
 	LEFT JOIN (
 		(SELECT * FROM checkpoints WHERE job = $1 AND status = 'preparing'
 		 UNION ALL
@@ -128,8 +200,7 @@ const viewJobSQL = "SELECT " + jobColumns + ", clock_timestamp() FROM jobs j WHE
 // checkpoint hint, 0 for none); for reads, the job.
 func (t *jobTx) queueBegin(b *pgx.Batch, name string, hint int64) {
 	if t.write {
-		b.Queue(lockJobSQL, name)
-		b.Queue(stateSQL, name, hint)
+		b.Queue(lockJobSQL, name, hint)
 	} else {
 		b.Queue(viewJobSQL, name)
 	}
@@ -137,34 +208,55 @@ func (t *jobTx) queueBegin(b *pgx.Batch, name string, hint int64) {
 
 // readBegin reads the results of queueBegin, all of them even when the job is missing
 // (coordinator.ErrNotFound), so that results stay in step for the statements after them.
-func (t *jobTx) readBegin(results pgx.BatchResults, hint int64) error {
+// stale is true when the job's epochs and checkpoints must be read again (readState):
+// another transaction changed them between the snapshot and the lock.
+func (t *jobTx) readBegin(results pgx.BatchResults, hint int64) (stale bool, err error) {
 	if !t.write {
 		job, err := scanJob(results.QueryRow(), false, &t.now)
 		if err != nil {
-			return err
+			return false, err
 		}
 		t.job, t.now = job, t.now.UTC()
-		return nil
+		return false, nil
 	}
-	job, lockErr := scanJobRow(results.QueryRow())
-	rows, err := results.Query()
-	if err != nil {
-		return err
-	}
+	var j coordinator.Job
+	var timeoutMS, version int64
+	var seen *int64
 	var names []string
 	var epochs []int64
-	cps, err := scanCheckpoints(rows, &t.now, &names, &epochs)
-	if lockErr != nil {
-		return lockErr
-	}
+	var cpsJSON []byte
+	err = results.QueryRow().Scan(&j.Name, &j.Config.Participants, &timeoutMS, &j.Config.MaxConcurrentCheckpoints, &j.Config.AutoCommit,
+		&j.Seq, &j.CreatedAt, &j.UpdatedAt, &version, &seen, &t.now, &names, &epochs, &cpsJSON)
 	if err != nil {
-		return err
+		if errors.Is(err, pgx.ErrNoRows) {
+			return false, coordinator.ErrNotFound
+		}
+		return false, err
 	}
-	job.Epochs = make(map[string]int64, len(names))
+	j.Config.CheckpointTimeout = time.Duration(timeoutMS) * time.Millisecond
+	j.CreatedAt, j.UpdatedAt = j.CreatedAt.UTC(), j.UpdatedAt.UTC()
+	t.job, t.now = &j, t.now.UTC()
+	if seen == nil || *seen != version {
+		return true, nil
+	}
+	var raw []jsonCheckpoint
+	if err := json.Unmarshal(cpsJSON, &raw); err != nil {
+		return false, fmt.Errorf("read checkpoints of job %s: %w", j.Name, err)
+	}
+	cps := make([]*coordinator.Checkpoint, len(raw))
+	for i := range raw {
+		cps[i] = raw[i].checkpoint()
+	}
+	t.setState(names, epochs, cps, hint)
+	return false, nil
+}
+
+// setState keeps what begin read of the job's epochs and checkpoints.
+func (t *jobTx) setState(names []string, epochs []int64, cps []*coordinator.Checkpoint, hint int64) {
+	t.job.Epochs = make(map[string]int64, len(names))
 	for i, n := range names {
-		job.Epochs[n] = epochs[i]
+		t.job.Epochs[n] = epochs[i]
 	}
-	t.job, t.now = job, t.now.UTC()
 	t.preparing, t.hinted, t.loaded = nil, nil, true
 	for _, cp := range cps {
 		if cp.Status == coordinator.StatusPreparing {
@@ -173,7 +265,29 @@ func (t *jobTx) readBegin(results pgx.BatchResults, hint int64) error {
 			t.hinted = cp
 		}
 	}
-	return nil
+}
+
+// readState reads the job's epochs and checkpoints again, under its lock (stateSQL), when
+// what the lock statement read was stale.
+func (t *jobTx) readState(hint int64) error {
+	results, err := t.queue.send(t.ctx, t.conn, func(b *pgx.Batch) { b.Queue(stateSQL, t.job.Name, hint) })
+	if err != nil {
+		return err
+	}
+	defer results.Close()
+	rows, err := results.Query()
+	if err != nil {
+		return err
+	}
+	var now time.Time
+	var names []string
+	var epochs []int64
+	cps, err := scanCheckpoints(rows, &now, &names, &epochs)
+	if err != nil {
+		return err
+	}
+	t.setState(names, epochs, cps, hint)
+	return results.Close()
 }
 
 // begin locks the job (for writes) and reads it, the clock and its preparing checkpoints
@@ -184,9 +298,12 @@ func (t *jobTx) begin(name string, hint int64) error {
 	if err != nil {
 		return err
 	}
-	err = t.readBegin(results, hint)
+	stale, err := t.readBegin(results, hint)
 	if closeErr := results.Close(); err == nil {
 		err = closeErr
+	}
+	if err == nil && stale {
+		err = t.readState(hint)
 	}
 	return err
 }
@@ -380,18 +497,19 @@ func (t *jobTx) InsertCheckpoint(ctx context.Context, cp *coordinator.Checkpoint
 	for i, p := range cp.Participants {
 		names[i] = p.Name
 	}
+	// One statement: the checkpoint, its participants, and the job's seq if it grows.
 	t.queue.addScan(fmt.Sprintf("insert checkpoint %d", cp.ID), func(row pgx.Row) error { return row.Scan(&cp.Seq) }, `
-		INSERT INTO checkpoints (job, id, status, auto_commit, created_at, deadline, decided_at, completed_at, abort_reason)
-		VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9) RETURNING seq`,
-		t.job.Name, cp.ID, string(cp.Status), cp.AutoCommit, cp.CreatedAt, cp.Deadline, cp.DecidedAt, cp.CompletedAt, nullable(cp.AbortReason))
-	t.queue.add("insert participants", `
-		INSERT INTO checkpoint_participants (job, checkpoint_id, position, participant)
-		SELECT $1, $2, n.ord, n.name FROM unnest($3::text[]) WITH ORDINALITY AS n(name, ord)`,
-		t.job.Name, cp.ID, names)
-	if cp.ID > t.job.Seq {
-		t.queue.add("advance job seq", "UPDATE jobs SET seq = $2 WHERE name = $1", t.job.Name, cp.ID)
-		t.job.Seq = cp.ID
-	}
+		WITH c AS (
+			INSERT INTO checkpoints (job, id, status, auto_commit, created_at, deadline, decided_at, completed_at, abort_reason)
+			VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9) RETURNING seq),
+		p AS (
+			INSERT INTO checkpoint_participants (job, checkpoint_id, position, participant)
+			SELECT $1, $2, n.ord, n.name FROM unnest($10::text[]) WITH ORDINALITY AS n(name, ord)),
+		j AS (
+			UPDATE jobs SET seq = $2 WHERE name = $1 AND seq < $2)
+		SELECT seq FROM c`,
+		t.job.Name, cp.ID, string(cp.Status), cp.AutoCommit, cp.CreatedAt, cp.Deadline, cp.DecidedAt, cp.CompletedAt, nullable(cp.AbortReason), names)
+	t.job.Seq = max(t.job.Seq, cp.ID)
 	if rec != nil {
 		t.queue.add("record idempotency key", "INSERT INTO idempotency_keys (job, key, fingerprint, checkpoint_id) VALUES ($1, $2, $3, $4)",
 			t.job.Name, rec.Key, rec.Fingerprint, rec.Checkpoint)

@@ -146,3 +146,85 @@ func TestLongPollOutlastsSpuriousWakeUps(t *testing.T) {
 		t.Fatal("the long-poll was not woken by the decision")
 	}
 }
+
+// TestUpdateWaitsForAnotherCoordinatorsChanges: an update that had to wait for the job's
+// lock, held by another coordinator's transaction that changed the job, decides on those
+// changes, not on what it read before the lock was granted. Here the other coordinator
+// records a's vote while b's vote waits: b's vote must see a's and decide commit.
+func TestUpdateWaitsForAnotherCoordinatorsChanges(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	url := pgtest.URL(t)
+	var stores [2]*postgres.Store
+	for i := range stores {
+		st, err := postgres.Open(ctx, url, postgres.Options{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(st.Close)
+		stores[i] = st
+	}
+	a, b := coordinator.NewService(stores[0], nil), coordinator.NewService(stores[1], nil)
+	cfg := coordinator.JobConfig{Participants: []string{"pa", "pb"}, CheckpointTimeout: time.Minute, MaxConcurrentCheckpoints: 1, AutoCommit: true}
+	if _, _, err := a.PutJob(ctx, "j", cfg); err != nil {
+		t.Fatal(err)
+	}
+	epochs := map[string]int64{}
+	for _, p := range cfg.Participants {
+		pending, err := a.Register(ctx, "j", p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		epochs[p] = pending.Epoch
+	}
+	for round := int64(1); round <= 3; round++ {
+		if _, _, err := a.Prepare(ctx, "j", coordinator.PrepareRequest{}); err != nil {
+			t.Fatal(err)
+		}
+		holding, release := make(chan struct{}), make(chan struct{})
+		held := make(chan error, 1)
+		go func() {
+			held <- stores[0].Update(ctx, "j", round, func(tx coordinator.JobTx) error {
+				cp, err := tx.Checkpoint(ctx, round)
+				if err != nil {
+					return err
+				}
+				p := cp.Participant("pa")
+				now := tx.Now()
+				p.Epoch, p.Vote, p.VotedAt, p.Committables = epochs["pa"], coordinator.VotePrepared, &now, []byte(`["a"]`)
+				if err := tx.SaveVote(ctx, cp, p); err != nil {
+					return err
+				}
+				close(holding)
+				<-release
+				return nil
+			})
+		}()
+		<-holding
+		voted := make(chan *coordinator.Checkpoint, 1)
+		go func() {
+			cp, err := b.Vote(ctx, "j", round, "pb", coordinator.Vote{Epoch: epochs["pb"], Kind: coordinator.VotePrepared, Committables: []byte(`["b"]`)})
+			if err != nil {
+				t.Error(err)
+			}
+			voted <- cp
+		}()
+		time.Sleep(150 * time.Millisecond) // b's vote is waiting for the lock by now
+		close(release)
+		if err := <-held; err != nil {
+			t.Fatal(err)
+		}
+		cp := <-voted
+		if cp == nil || cp.Status != coordinator.StatusCommitting {
+			t.Fatalf("round %d: b's vote, which waited for the lock while a's vote was recorded, answered %+v; want committing", round, cp)
+		}
+		if got := cp.Participant("pa"); got.Vote != coordinator.VotePrepared || string(got.Committables) != `["a"]` {
+			t.Fatalf("round %d: b's answer shows a's vote as %q %s", round, got.Vote, got.Committables)
+		}
+		for _, p := range cfg.Participants {
+			if _, err := a.Ack(ctx, "j", round, p, epochs[p]); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+}

@@ -208,7 +208,8 @@ func (s *Store) PutJob(ctx context.Context, name string, cfg coordinator.JobConf
 				auto_commit = EXCLUDED.auto_commit,
 				created_at = CASE WHEN j.deleted THEN EXCLUDED.created_at ELSE j.created_at END,
 				updated_at = EXCLUDED.updated_at,
-				deleted = false
+				deleted = false,
+				version = j.version + 1
 			RETURNING xmax = 0`,
 			name, cfg.Participants, cfg.CheckpointTimeout.Milliseconds(), cfg.MaxConcurrentCheckpoints, cfg.AutoCommit,
 		).Scan(&inserted)

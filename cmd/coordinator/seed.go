@@ -242,7 +242,7 @@ func seedJob(ctx context.Context, conn *pgx.Conn, cfg seedConfig, name string, p
 				name, lo, hi, t0, committables, participants); err != nil {
 				return fmt.Errorf("insert the votes of checkpoints %d..%d: %w", lo, hi, err)
 			}
-			_, err := tx.Exec(ctx, "UPDATE jobs SET seq = $2 WHERE name = $1", name, hi)
+			_, err := tx.Exec(ctx, "UPDATE jobs SET seq = $2, version = version + 1 WHERE name = $1", name, hi)
 			return err
 		})
 		if err != nil {

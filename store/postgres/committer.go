@@ -258,6 +258,7 @@ func (c *committer) commit(ops []*groupcommit.Op, join bool) ([]*groupcommit.Op,
 			}
 		}
 	}
+	locked := make(map[string]bool, len(ops))
 	answers := make([]error, 0, len(ops))
 	decided := make([][]*coordinator.Checkpoint, 0, len(ops))
 	for i := 0; ; i++ {
@@ -275,8 +276,12 @@ func (c *committer) commit(ops []*groupcommit.Op, join bool) ([]*groupcommit.Op,
 		}
 		o, t := ops[i], txs[i]
 		if t == nil {
+			// An earlier update of the batch took this job's lock (or found it missing).
 			t = &jobTx{ctx: ctx, conn: conn, write: true, queue: queue, origin: c.store.origin}
-			errs[i] = t.begin(o.Job, o.Checkpoint)
+			errs[i] = t.begin(o.Job, o.Checkpoint, locked[o.Job])
+		}
+		if errs[i] == nil {
+			locked[o.Job] = true
 		}
 		if errs[i] != nil {
 			if errs[i] == coordinator.ErrNotFound {

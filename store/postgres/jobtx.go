@@ -193,6 +193,23 @@ var stateSQL = `SELECT clock_timestamp(),
 		JOIN checkpoint_participants p ON p.job = c.job AND p.checkpoint_id = c.id) ON true
 	ORDER BY c.id, p.position`
 
+// lockedJobSQL reads a job whose lock this transaction took already (for an earlier update
+// of the batch): its row, then what stateSQL reads, one row per participant of its
+// checkpoints, none if the job is missing (deleted by that earlier update).
+var lockedJobSQL = `SELECT ` + jobRowColumns + `, clock_timestamp(), e.participants, e.epochs,
+	` + checkpointColumns + `, ` + participantColumns + `
+	FROM jobs j
+	CROSS JOIN (SELECT coalesce(array_agg(participant ORDER BY participant), '{}') participants,
+	                   coalesce(array_agg(epoch ORDER BY participant), '{}') epochs
+	            FROM participant_epochs WHERE job = $1) e
+	LEFT JOIN (
+		(SELECT * FROM checkpoints WHERE job = $1 AND status = 'preparing'
+		 UNION ALL
+		 SELECT * FROM checkpoints WHERE job = $1 AND id = $2 AND status <> 'preparing') c
+		JOIN checkpoint_participants p ON p.job = c.job AND p.checkpoint_id = c.id) ON true
+	WHERE j.name = $1 AND NOT j.deleted
+	ORDER BY c.id, p.position`
+
 // viewJobSQL reads the job, its epochs and the clock, for a read-only transaction.
 const viewJobSQL = "SELECT " + jobColumns + ", clock_timestamp() FROM jobs j WHERE j.name = $1 AND NOT j.deleted"
 
@@ -293,7 +310,11 @@ func (t *jobTx) readState(hint int64) error {
 // begin locks the job (for writes) and reads it, the clock and its preparing checkpoints
 // (with checkpoint hint, if not 0), in one round trip that also carries the writes queued
 // so far. The commit reads the first update of each job of a batch at once instead.
-func (t *jobTx) begin(name string, hint int64) error {
+// locked says that this transaction holds the job's lock already: then it only reads.
+func (t *jobTx) begin(name string, hint int64, locked bool) error {
+	if locked && t.write {
+		return t.readLocked(name, hint)
+	}
 	results, err := t.queue.send(t.ctx, t.conn, func(b *pgx.Batch) { t.queueBegin(b, name, hint) })
 	if err != nil {
 		return err
@@ -306,6 +327,51 @@ func (t *jobTx) begin(name string, hint int64) error {
 		err = t.readState(hint)
 	}
 	return err
+}
+
+// readLocked is begin for a job whose lock this transaction holds.
+func (t *jobTx) readLocked(name string, hint int64) error {
+	results, err := t.queue.send(t.ctx, t.conn, func(b *pgx.Batch) { b.Queue(lockedJobSQL, name, hint) })
+	if err != nil {
+		return err
+	}
+	defer results.Close()
+	rows, err := results.Query()
+	if err != nil {
+		return err
+	}
+	var j coordinator.Job
+	var timeoutMS int64
+	var names []string
+	var epochs []int64
+	found := false
+	cps, err := scanCheckpoints(&rowsSeen{Rows: rows, seen: &found}, &j.Name, &j.Config.Participants, &timeoutMS,
+		&j.Config.MaxConcurrentCheckpoints, &j.Config.AutoCommit, &j.Seq, &j.CreatedAt, &j.UpdatedAt, &t.now, &names, &epochs)
+	if err != nil {
+		return err
+	}
+	if !found {
+		return coordinator.ErrNotFound
+	}
+	j.Config.CheckpointTimeout = time.Duration(timeoutMS) * time.Millisecond
+	j.CreatedAt, j.UpdatedAt = j.CreatedAt.UTC(), j.UpdatedAt.UTC()
+	t.job, t.now = &j, t.now.UTC()
+	t.setState(names, epochs, cps, hint)
+	return results.Close()
+}
+
+// rowsSeen notes whether any row came.
+type rowsSeen struct {
+	pgx.Rows
+	seen *bool
+}
+
+func (r *rowsSeen) Next() bool {
+	if r.Rows.Next() {
+		*r.seen = true
+		return true
+	}
+	return false
 }
 
 func (t *jobTx) Now() time.Time        { return t.now }

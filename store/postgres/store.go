@@ -176,7 +176,7 @@ func (s *Store) View(ctx context.Context, job string, fn func(tx coordinator.Job
 func (s *Store) view(ctx context.Context, conn *pgx.Conn, job string, fn func(tx coordinator.JobTx) error) error {
 	t := &jobTx{ctx: ctx, conn: conn, queue: &writeQueue{}}
 	t.queue.add("begin", "BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY")
-	if err := t.begin(job, 0); err != nil {
+	if err := t.begin(job, 0, false); err != nil {
 		return err
 	}
 	fnErr := fn(t)

@@ -107,15 +107,8 @@ func (q *Queue) Next(max int) ([]*Op, bool) {
 			}
 		}
 		if first == nil {
-			for {
-				select {
-				case o := <-q.ops:
-					o.Finish(coordinator.Unavailable(ErrClosed))
-				default:
-					close(q.exited)
-					return nil, false
-				}
-			}
+			q.Drain()
+			return nil, false
 		}
 		batch := []*Op{first}
 	fill:

@@ -96,7 +96,7 @@ func (q *writeQueue) flush(ctx context.Context, conn *pgx.Conn) error {
 	return results.Close()
 }
 
-// jobRowColumns are the job's own columns, scanned by scanJobRow.
+// jobRowColumns are the job's own columns, scanned by jobRow.
 const jobRowColumns = `j.name, j.participants, j.checkpoint_timeout_ms, j.max_concurrent_checkpoints, j.auto_commit,
 	j.seq, j.created_at, j.updated_at`
 
@@ -121,9 +121,7 @@ var lockJobSQL = `UPDATE jobs j SET version = j.version + 1 WHERE j.name = $1 AN
 					'committables', p.committables, 'voted_at', p.voted_at, 'acked_at', p.acked_at) ORDER BY p.position)
 				FROM checkpoint_participants p WHERE p.job = c.job AND p.checkpoint_id = c.id))
 			ORDER BY c.id), '[]')
-		FROM (SELECT * FROM checkpoints WHERE job = $1 AND status = 'preparing'
-		      UNION ALL
-		      SELECT * FROM checkpoints WHERE job = $1 AND id = $2 AND status <> 'preparing') c)`
+		FROM (` + openCheckpointsSQL + `) c)`
 
 // jsonCheckpoint is a checkpoint as lockJobSQL returns it.
 type jsonCheckpoint struct {
@@ -180,17 +178,9 @@ func (j *jsonCheckpoint) checkpoint() *coordinator.Checkpoint {
 // taken), the job's epochs, and its preparing checkpoints with checkpoint $2 whatever its
 // status ($2 = 0: none), one row per participant. With no such checkpoint it returns one
 // row, whose checkpoint columns are NULL.
-var stateSQL = `SELECT clock_timestamp(),
-	e.participants, e.epochs,
-	` + checkpointColumns + `, ` + participantColumns + `
-	FROM (SELECT coalesce(array_agg(participant ORDER BY participant), '{}') participants,
-	             coalesce(array_agg(epoch ORDER BY participant), '{}') epochs
-	      FROM participant_epochs WHERE job = $1) e
-	LEFT JOIN (
-		(SELECT * FROM checkpoints WHERE job = $1 AND status = 'preparing'
-		 UNION ALL
-		 SELECT * FROM checkpoints WHERE job = $1 AND id = $2 AND status <> 'preparing') c
-		JOIN checkpoint_participants p ON p.job = c.job AND p.checkpoint_id = c.id) ON true
+var stateSQL = `SELECT clock_timestamp(), e.participants, e.epochs, ` + checkpointColumns + `, ` + participantColumns + `
+	FROM (` + epochsSQL + `) e
+	LEFT JOIN (` + jobCheckpointsSQL + `) ON true
 	ORDER BY c.id, p.position`
 
 // lockedJobSQL reads a job whose lock this transaction took already (for an earlier update
@@ -199,16 +189,24 @@ var stateSQL = `SELECT clock_timestamp(),
 var lockedJobSQL = `SELECT ` + jobRowColumns + `, clock_timestamp(), e.participants, e.epochs,
 	` + checkpointColumns + `, ` + participantColumns + `
 	FROM jobs j
-	CROSS JOIN (SELECT coalesce(array_agg(participant ORDER BY participant), '{}') participants,
-	                   coalesce(array_agg(epoch ORDER BY participant), '{}') epochs
-	            FROM participant_epochs WHERE job = $1) e
-	LEFT JOIN (
-		(SELECT * FROM checkpoints WHERE job = $1 AND status = 'preparing'
-		 UNION ALL
-		 SELECT * FROM checkpoints WHERE job = $1 AND id = $2 AND status <> 'preparing') c
-		JOIN checkpoint_participants p ON p.job = c.job AND p.checkpoint_id = c.id) ON true
+	CROSS JOIN (` + epochsSQL + `) e
+	LEFT JOIN (` + jobCheckpointsSQL + `) ON true
 	WHERE j.name = $1 AND NOT j.deleted
 	ORDER BY c.id, p.position`
+
+// epochsSQL aggregates job $1's epochs into two arrays, by participant.
+const epochsSQL = `SELECT coalesce(array_agg(participant ORDER BY participant), '{}') participants,
+		coalesce(array_agg(epoch ORDER BY participant), '{}') epochs
+	FROM participant_epochs WHERE job = $1`
+
+// openCheckpointsSQL selects job $1's preparing checkpoints and checkpoint $2 whatever its
+// status, each an index lookup; jobCheckpointsSQL joins their participants (c and p).
+const openCheckpointsSQL = `SELECT * FROM checkpoints WHERE job = $1 AND status = 'preparing'
+	UNION ALL
+	SELECT * FROM checkpoints WHERE job = $1 AND id = $2 AND status <> 'preparing'`
+
+const jobCheckpointsSQL = `(` + openCheckpointsSQL + `) c
+	JOIN checkpoint_participants p ON p.job = c.job AND p.checkpoint_id = c.id`
 
 // viewJobSQL reads the job, its epochs and the clock, for a read-only transaction.
 const viewJobSQL = "SELECT " + jobColumns + ", clock_timestamp() FROM jobs j WHERE j.name = $1 AND NOT j.deleted"
@@ -236,29 +234,26 @@ func (t *jobTx) readBegin(results pgx.BatchResults, hint int64) (stale bool, err
 		t.job, t.now = job, t.now.UTC()
 		return false, nil
 	}
-	var j coordinator.Job
-	var timeoutMS, version int64
+	var row jobRow
+	var version int64
 	var seen *int64
 	var names []string
 	var epochs []int64
 	var cpsJSON []byte
-	err = results.QueryRow().Scan(&j.Name, &j.Config.Participants, &timeoutMS, &j.Config.MaxConcurrentCheckpoints, &j.Config.AutoCommit,
-		&j.Seq, &j.CreatedAt, &j.UpdatedAt, &version, &seen, &t.now, &names, &epochs, &cpsJSON)
+	err = results.QueryRow().Scan(append(row.dest(), &version, &seen, &t.now, &names, &epochs, &cpsJSON)...)
 	if err != nil {
 		if errors.Is(err, pgx.ErrNoRows) {
 			return false, coordinator.ErrNotFound
 		}
 		return false, err
 	}
-	j.Config.CheckpointTimeout = time.Duration(timeoutMS) * time.Millisecond
-	j.CreatedAt, j.UpdatedAt = j.CreatedAt.UTC(), j.UpdatedAt.UTC()
-	t.job, t.now = &j, t.now.UTC()
+	t.job, t.now = row.get(), t.now.UTC()
 	if seen == nil || *seen != version {
 		return true, nil
 	}
 	var raw []jsonCheckpoint
 	if err := json.Unmarshal(cpsJSON, &raw); err != nil {
-		return false, fmt.Errorf("read checkpoints of job %s: %w", j.Name, err)
+		return false, fmt.Errorf("read checkpoints of job %s: %w", t.job.Name, err)
 	}
 	cps := make([]*coordinator.Checkpoint, len(raw))
 	for i := range raw {
@@ -287,24 +282,32 @@ func (t *jobTx) setState(names []string, epochs []int64, cps []*coordinator.Chec
 // readState reads the job's epochs and checkpoints again, under its lock (stateSQL), when
 // what the lock statement read was stale.
 func (t *jobTx) readState(hint int64) error {
-	results, err := t.queue.send(t.ctx, t.conn, func(b *pgx.Batch) { b.Queue(stateSQL, t.job.Name, hint) })
+	var now time.Time
+	_, err := t.queryState(stateSQL, t.job.Name, hint, &now)
+	return err
+}
+
+// queryState sends the writes queued and sql (stateSQL or lockedJobSQL, with name and
+// hint), scans its rows, whose columns are extra, the clock into now, the epochs, then the
+// checkpoints, and keeps the state. found is false if no row came.
+func (t *jobTx) queryState(sql, name string, hint int64, now *time.Time, extra ...any) (found bool, err error) {
+	results, err := t.queue.send(t.ctx, t.conn, func(b *pgx.Batch) { b.Queue(sql, name, hint) })
 	if err != nil {
-		return err
+		return false, err
 	}
 	defer results.Close()
 	rows, err := results.Query()
 	if err != nil {
-		return err
+		return false, err
 	}
-	var now time.Time
 	var names []string
 	var epochs []int64
-	cps, err := scanCheckpoints(rows, &now, &names, &epochs)
-	if err != nil {
-		return err
+	cps, err := scanCheckpoints(&rowsSeen{Rows: rows, seen: &found}, append(extra, now, &names, &epochs)...)
+	if err != nil || !found {
+		return false, err
 	}
 	t.setState(names, epochs, cps, hint)
-	return results.Close()
+	return true, results.Close()
 }
 
 // begin locks the job (for writes) and reads it, the clock and its preparing checkpoints
@@ -331,33 +334,35 @@ func (t *jobTx) begin(name string, hint int64, locked bool) error {
 
 // readLocked is begin for a job whose lock this transaction holds.
 func (t *jobTx) readLocked(name string, hint int64) error {
-	results, err := t.queue.send(t.ctx, t.conn, func(b *pgx.Batch) { b.Queue(lockedJobSQL, name, hint) })
-	if err != nil {
-		return err
-	}
-	defer results.Close()
-	rows, err := results.Query()
-	if err != nil {
-		return err
-	}
-	var j coordinator.Job
-	var timeoutMS int64
-	var names []string
-	var epochs []int64
-	found := false
-	cps, err := scanCheckpoints(&rowsSeen{Rows: rows, seen: &found}, &j.Name, &j.Config.Participants, &timeoutMS,
-		&j.Config.MaxConcurrentCheckpoints, &j.Config.AutoCommit, &j.Seq, &j.CreatedAt, &j.UpdatedAt, &t.now, &names, &epochs)
+	var row jobRow
+	t.job = &row.job // queryState keeps the epochs in it
+	found, err := t.queryState(lockedJobSQL, name, hint, &t.now, row.dest()...)
 	if err != nil {
 		return err
 	}
 	if !found {
 		return coordinator.ErrNotFound
 	}
-	j.Config.CheckpointTimeout = time.Duration(timeoutMS) * time.Millisecond
-	j.CreatedAt, j.UpdatedAt = j.CreatedAt.UTC(), j.UpdatedAt.UTC()
-	t.job, t.now = &j, t.now.UTC()
-	t.setState(names, epochs, cps, hint)
-	return results.Close()
+	t.job, t.now = row.get(), t.now.UTC()
+	return nil
+}
+
+// jobRow scans the jobRowColumns of a row.
+type jobRow struct {
+	job       coordinator.Job
+	timeoutMS int64
+}
+
+func (r *jobRow) dest() []any {
+	return []any{&r.job.Name, &r.job.Config.Participants, &r.timeoutMS, &r.job.Config.MaxConcurrentCheckpoints,
+		&r.job.Config.AutoCommit, &r.job.Seq, &r.job.CreatedAt, &r.job.UpdatedAt}
+}
+
+// get returns the job scanned; its Epochs are left nil.
+func (r *jobRow) get() *coordinator.Job {
+	r.job.Config.CheckpointTimeout = time.Duration(r.timeoutMS) * time.Millisecond
+	r.job.CreatedAt, r.job.UpdatedAt = r.job.CreatedAt.UTC(), r.job.UpdatedAt.UTC()
+	return &r.job
 }
 
 // rowsSeen notes whether any row came.

@@ -275,23 +275,6 @@ func scanJob(row pgx.Row, view bool, extra ...any) (*coordinator.Job, error) {
 	return &j, nil
 }
 
-// scanJobRow reads the jobRowColumns of a row; the job's Epochs are left nil.
-func scanJobRow(row pgx.Row) (*coordinator.Job, error) {
-	var j coordinator.Job
-	var timeoutMS int64
-	err := row.Scan(&j.Name, &j.Config.Participants, &timeoutMS, &j.Config.MaxConcurrentCheckpoints, &j.Config.AutoCommit,
-		&j.Seq, &j.CreatedAt, &j.UpdatedAt)
-	if err != nil {
-		if errors.Is(err, pgx.ErrNoRows) {
-			return nil, coordinator.ErrNotFound
-		}
-		return nil, err
-	}
-	j.Config.CheckpointTimeout = time.Duration(timeoutMS) * time.Millisecond
-	j.CreatedAt, j.UpdatedAt = j.CreatedAt.UTC(), j.UpdatedAt.UTC()
-	return &j, nil
-}
-
 func getJob(ctx context.Context, q querier, name string) (*coordinator.Job, error) {
 	return scanJob(q.QueryRow(ctx, "SELECT "+jobViewColumns+" FROM jobs j WHERE j.name = $1 AND NOT j.deleted", name), true)
 }

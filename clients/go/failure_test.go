@@ -104,11 +104,13 @@ func TestPrepareCancelledWhenDecided(t *testing.T) {
 func TestLateVoteRollsBackLocally(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
-	b.putJob(t, "j", cc.JobConfig{Participants: []string{"a"}, CheckpointTimeoutMs: ptr(int64(200))})
+	// The runner must see the checkpoint before its deadline (it polls every 10 ms); a
+	// second leaves room for a loaded machine.
+	b.putJob(t, "j", cc.JobConfig{Participants: []string{"a"}, CheckpointTimeoutMs: ptr(int64(1000))})
 	pa := newRecorder(t, b, "j", "a")
 	pa.prepare = func(ctx context.Context, id int64) ([]txn, error) {
 		if id == 1 {
-			time.Sleep(600 * time.Millisecond) // ignores ctx on purpose: a slow, stubborn sink
+			time.Sleep(1500 * time.Millisecond) // ignores ctx on purpose: a slow, stubborn sink
 		}
 		return []txn{{"a", id}}, nil
 	}

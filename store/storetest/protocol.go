@@ -263,17 +263,19 @@ func testUnknownParticipant(t *testing.T, b *bundle) {
 	}
 }
 
+// The deadline tests act before the deadline, then after it: a second leaves room for a
+// loaded machine.
 func testDeadlineLateVote(t *testing.T, b *bundle) {
 	b.job("j", config("prompt-sink", "late-sink"))
-	cp, _, err := b.svc.Prepare(b.ctx, "j", coordinator.PrepareRequest{Timeout: 100 * time.Millisecond})
+	cp, _, err := b.svc.Prepare(b.ctx, "j", coordinator.PrepareRequest{Timeout: time.Second})
 	if err != nil {
 		t.Fatalf("Prepare: %v", err)
 	}
-	if !sameTime(cp.Deadline, cp.CreatedAt.Add(100*time.Millisecond)) {
-		t.Fatalf("deadline %v, want created_at %v + 100ms", cp.Deadline, cp.CreatedAt)
+	if !sameTime(cp.Deadline, cp.CreatedAt.Add(time.Second)) {
+		t.Fatalf("deadline %v, want created_at %v + 1s", cp.Deadline, cp.CreatedAt)
 	}
 	b.vote("j", 1, "prompt-sink", prepared(1, `["p"]`))
-	time.Sleep(250 * time.Millisecond)
+	time.Sleep(1250 * time.Millisecond)
 	_, err = b.svc.Vote(b.ctx, "j", 1, "late-sink", prepared(1, `["l"]`))
 	e := wantErr(t, "a vote after the deadline", err, coordinator.ErrAlreadyDecided)
 	if e == nil || e.Checkpoint == nil || e.Checkpoint.Status != coordinator.StatusAborted {
@@ -300,11 +302,11 @@ func testDeadlineSweep(t *testing.T, b *bundle) {
 	if n, err := b.svc.SweepExpired(b.ctx); err != nil || n != 0 {
 		t.Fatalf("SweepExpired with nothing expired: %d, %v; want 0", n, err)
 	}
-	if _, _, err := b.svc.Prepare(b.ctx, "j", coordinator.PrepareRequest{Timeout: 100 * time.Millisecond}); err != nil {
+	if _, _, err := b.svc.Prepare(b.ctx, "j", coordinator.PrepareRequest{Timeout: time.Second}); err != nil {
 		t.Fatalf("Prepare: %v", err)
 	}
 	b.vote("j", 1, "sink-a", prepared(1, ""))
-	time.Sleep(250 * time.Millisecond)
+	time.Sleep(1250 * time.Millisecond)
 	if n, err := b.svc.SweepExpired(b.ctx); err != nil || n != 1 {
 		t.Fatalf("SweepExpired: %d, %v; want 1 job swept", n, err)
 	}
@@ -321,7 +323,7 @@ func testDeadlineSweep(t *testing.T, b *bundle) {
 
 func testDeadlinePendingHidesExpired(t *testing.T, b *bundle) {
 	b.job("j", config("a"))
-	if _, _, err := b.svc.Prepare(b.ctx, "j", coordinator.PrepareRequest{Timeout: 100 * time.Millisecond}); err != nil {
+	if _, _, err := b.svc.Prepare(b.ctx, "j", coordinator.PrepareRequest{Timeout: time.Second}); err != nil {
 		t.Fatalf("Prepare: %v", err)
 	}
 	p, err := b.svc.Pending(b.ctx, "j", "a")
@@ -329,7 +331,7 @@ func testDeadlinePendingHidesExpired(t *testing.T, b *bundle) {
 		t.Fatal(err)
 	}
 	wantItems(t, "before the deadline", p, "1 preparing vote []")
-	time.Sleep(250 * time.Millisecond)
+	time.Sleep(1250 * time.Millisecond)
 	if p, err = b.svc.Pending(b.ctx, "j", "a"); err != nil {
 		t.Fatal(err)
 	}

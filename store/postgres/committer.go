@@ -19,12 +19,13 @@ import (
 // once that transaction has committed. One fsync then serves many requests, and no request
 // is answered before the transaction holding its write is durable (rule 3).
 //
-// A job is in at most one batch at a time: its later updates wait for that batch to end,
-// so workers never wait for each other's job locks, and a job's updates run in the order
-// they came. While every worker is busy, updates pile up, and the next batch takes them
-// all: the busier the coordinator, the more each transaction carries. Within a batch the
-// jobs are locked in name order. If a batch fails, its updates are run again one by one,
-// so that one failing update does not fail the others.
+// A job is in at most one batch at a time: its later updates join that batch if they come
+// before it commits (the job's lock is held already), else wait for it to end. So workers
+// never wait for each other's job locks, and a job's updates run in the order they came.
+// While every worker is busy, updates pile up, and the next batch takes them all: the
+// busier the coordinator, the more each transaction carries. Within a batch the jobs are
+// locked in name order. If a batch fails, its updates are run again one by one, so that
+// one failing update does not fail the others.
 type committer struct {
 	store    *Store
 	queue    *groupcommit.Queue

@@ -34,6 +34,7 @@ type jobTx struct {
 	queue     *writeQueue
 	origin    string                    // names this process in announcements (channel)
 	decided   []*coordinator.Checkpoint // as saved, published once committed
+	lastWrite *participantWrite         // the last statement queued, if a participant write (SaveStatus merges)
 }
 
 var _ coordinator.JobTx = (*jobTx)(nil)
@@ -57,6 +58,13 @@ func (q *writeQueue) addScan(what string, scan func(pgx.Row) error, sql string, 
 	q.batch.Queue(sql, args...)
 	q.what = append(q.what, what)
 	q.scans = append(q.scans, scan)
+}
+
+// replaceLast replaces the last statement queued.
+func (q *writeQueue) replaceLast(what, sql string, args ...any) {
+	last := q.batch.QueuedQueries[len(q.batch.QueuedQueries)-1]
+	last.SQL, last.Arguments = sql, args
+	q.what[len(q.what)-1] = what
 }
 
 // send sends the queued writes followed by extra statements, in one round trip, checks
@@ -595,6 +603,23 @@ func nullable(s string) *string {
 	return &s
 }
 
+// Participant writes: a vote or an ack. The status write it causes (the deciding vote, the
+// last ack) is merged into the same statement by SaveStatus.
+const (
+	saveVoteSQL = `UPDATE checkpoint_participants SET epoch = $4, vote = $5, reason = $6, committables = $7, voted_at = $8
+		WHERE job = $1 AND checkpoint_id = $2 AND participant = $3`
+	saveAckSQL = `UPDATE checkpoint_participants SET acked_at = $4 WHERE job = $1 AND checkpoint_id = $2 AND participant = $3`
+)
+
+// participantWrite is the last statement queued, when it is a participant write.
+type participantWrite struct {
+	job    string
+	id     int64
+	sql    string
+	args   []any
+	queued int // the queue's length once it was queued
+}
+
 func (t *jobTx) SaveVote(ctx context.Context, cp *coordinator.Checkpoint, p *coordinator.ParticipantState) error {
 	if err := t.writable(); err != nil {
 		return err
@@ -604,9 +629,7 @@ func (t *jobTx) SaveVote(ctx context.Context, cp *coordinator.Checkpoint, p *coo
 		s := string(p.Committables)
 		committables = &s
 	}
-	t.queue.add(fmt.Sprintf("save vote of %s on %d", p.Name, cp.ID), `
-		UPDATE checkpoint_participants SET epoch = $4, vote = $5, reason = $6, committables = $7, voted_at = $8
-		WHERE job = $1 AND checkpoint_id = $2 AND participant = $3`,
+	t.addParticipantWrite(fmt.Sprintf("save vote of %s on %d", p.Name, cp.ID), cp, saveVoteSQL,
 		cp.Job, cp.ID, p.Name, p.Epoch, nullable(string(p.Vote)), nullable(p.Reason), committables, p.VotedAt)
 	return nil
 }
@@ -615,10 +638,13 @@ func (t *jobTx) SaveAck(ctx context.Context, cp *coordinator.Checkpoint, p *coor
 	if err := t.writable(); err != nil {
 		return err
 	}
-	t.queue.add(fmt.Sprintf("save ack of %s on %d", p.Name, cp.ID),
-		"UPDATE checkpoint_participants SET acked_at = $4 WHERE job = $1 AND checkpoint_id = $2 AND participant = $3",
-		cp.Job, cp.ID, p.Name, p.AckedAt)
+	t.addParticipantWrite(fmt.Sprintf("save ack of %s on %d", p.Name, cp.ID), cp, saveAckSQL, cp.Job, cp.ID, p.Name, p.AckedAt)
 	return nil
+}
+
+func (t *jobTx) addParticipantWrite(what string, cp *coordinator.Checkpoint, sql string, args ...any) {
+	t.queue.add(what, sql, args...)
+	t.lastWrite = &participantWrite{job: cp.Job, id: cp.ID, sql: sql, args: args, queued: len(t.queue.what)}
 }
 
 func (t *jobTx) SaveStatus(ctx context.Context, cp *coordinator.Checkpoint) error {
@@ -626,12 +652,25 @@ func (t *jobTx) SaveStatus(ctx context.Context, cp *coordinator.Checkpoint) erro
 		return err
 	}
 	key := t.origin + " " + coordinator.BrokerKey(cp.Job, cp.ID)
-	t.queue.add(fmt.Sprintf("save status of %d", cp.ID), `
-		WITH u AS (
-			UPDATE checkpoints SET status = $3, decided_at = $4, completed_at = $5, abort_reason = $6
-			WHERE job = $1 AND id = $2)
-		SELECT pg_notify('`+channel+`', $7)`,
-		cp.Job, cp.ID, string(cp.Status), cp.DecidedAt, cp.CompletedAt, nullable(cp.AbortReason), key)
+	what := fmt.Sprintf("save status of %d", cp.ID)
+	status := `
+		UPDATE checkpoints SET status = $3, decided_at = $4, completed_at = $5, abort_reason = $6
+		WHERE job = $1 AND id = $2`
+	args := []any{cp.Job, cp.ID, string(cp.Status), cp.DecidedAt, cp.CompletedAt, nullable(cp.AbortReason), key}
+	if w := t.lastWrite; w != nil && w.job == cp.Job && w.id == cp.ID && w.queued == len(t.queue.what) && w.queued > 0 {
+		// The vote or ack that caused it was the last statement queued: one statement for
+		// both (they change different tables, so neither needs to see the other).
+		n := len(w.args)
+		status = `UPDATE checkpoints SET status = $` + fmt.Sprint(n+1) + `, decided_at = $` + fmt.Sprint(n+2) +
+			`, completed_at = $` + fmt.Sprint(n+3) + `, abort_reason = $` + fmt.Sprint(n+4) + ` WHERE job = $1 AND id = $2`
+		t.queue.replaceLast(what+" with "+t.queue.what[w.queued-1], `
+			WITH w AS (`+w.sql+`), u AS (`+status+`)
+			SELECT pg_notify('`+channel+`', $`+fmt.Sprint(n+5)+`)`,
+			append(w.args, args[2:]...)...)
+	} else {
+		t.queue.add(what, `WITH u AS (`+status+`) SELECT pg_notify('`+channel+`', $7)`, args...)
+	}
+	t.lastWrite = nil
 	t.decided = append(t.decided, cp.Clone())
 	return nil
 }

@@ -164,20 +164,7 @@ func (j *jsonCheckpoint) checkpoint() *coordinator.Checkpoint {
 		cp.AbortReason = *j.AbortReason
 	}
 	for i, jp := range j.Participants {
-		p := &cp.Participants[i]
-		p.Name, p.VotedAt, p.AckedAt = jp.Name, utc(jp.VotedAt), utc(jp.AckedAt)
-		if jp.Epoch != nil {
-			p.Epoch = *jp.Epoch
-		}
-		if jp.Vote != nil {
-			p.Vote = coordinator.VoteKind(*jp.Vote)
-		}
-		if jp.Reason != nil {
-			p.Reason = *jp.Reason
-		}
-		if jp.Committables != nil {
-			p.Committables = []byte(*jp.Committables)
-		}
+		cp.Participants[i] = participantState(&jp.Name, jp.Epoch, jp.Vote, jp.Reason, jp.Committables, jp.VotedAt, jp.AckedAt)
 	}
 	return cp
 }
@@ -291,31 +278,14 @@ func (t *jobTx) setState(names []string, epochs []int64, cps []*coordinator.Chec
 // what the lock statement read was stale.
 func (t *jobTx) readState(hint int64) error {
 	var now time.Time
-	_, err := t.queryState(stateSQL, t.job.Name, hint, &now)
-	return err
-}
-
-// queryState sends the writes queued and sql (stateSQL or lockedJobSQL, with name and
-// hint), scans its rows, whose columns are extra, the clock into now, the epochs, then the
-// checkpoints, and keeps the state. found is false if no row came.
-func (t *jobTx) queryState(sql, name string, hint int64, now *time.Time, extra ...any) (found bool, err error) {
-	results, err := t.queue.send(t.ctx, t.conn, func(b *pgx.Batch) { b.Queue(sql, name, hint) })
-	if err != nil {
-		return false, err
-	}
-	defer results.Close()
-	rows, err := results.Query()
-	if err != nil {
-		return false, err
-	}
 	var names []string
 	var epochs []int64
-	cps, err := scanCheckpoints(&rowsSeen{Rows: rows, seen: &found}, append(extra, now, &names, &epochs)...)
-	if err != nil || !found {
-		return false, err
+	cps, _, err := t.query(stateSQL, []any{t.job.Name, hint}, &now, &names, &epochs)
+	if err != nil {
+		return err
 	}
 	t.setState(names, epochs, cps, hint)
-	return true, results.Close()
+	return nil
 }
 
 // begin locks the job (for writes) and reads it, the clock and its preparing checkpoints
@@ -343,8 +313,9 @@ func (t *jobTx) begin(name string, hint int64, locked bool) error {
 // readLocked is begin for a job whose lock this transaction holds.
 func (t *jobTx) readLocked(name string, hint int64) error {
 	var row jobRow
-	t.job = &row.job // queryState keeps the epochs in it
-	found, err := t.queryState(lockedJobSQL, name, hint, &t.now, row.dest()...)
+	var names []string
+	var epochs []int64
+	cps, found, err := t.query(lockedJobSQL, []any{name, hint}, append(row.dest(), &t.now, &names, &epochs)...)
 	if err != nil {
 		return err
 	}
@@ -352,6 +323,7 @@ func (t *jobTx) readLocked(name string, hint int64) error {
 		return coordinator.ErrNotFound
 	}
 	t.job, t.now = row.get(), t.now.UTC()
+	t.setState(names, epochs, cps, hint)
 	return nil
 }
 
@@ -467,25 +439,30 @@ func scanCheckpoints(rows pgx.Rows, prefix ...any) ([]*coordinator.Checkpoint, e
 			}
 			cps = append(cps, cur)
 		}
-		p := coordinator.ParticipantState{VotedAt: utc(votedAt), AckedAt: utc(ackedAt)}
-		if name != nil {
-			p.Name = *name
-		}
-		if epoch != nil {
-			p.Epoch = *epoch
-		}
-		if vote != nil {
-			p.Vote = coordinator.VoteKind(*vote)
-		}
-		if preason != nil {
-			p.Reason = *preason
-		}
-		if committables != nil {
-			p.Committables = []byte(*committables)
-		}
-		cur.Participants = append(cur.Participants, p)
+		cur.Participants = append(cur.Participants, participantState(name, epoch, vote, preason, committables, votedAt, ackedAt))
 	}
 	return cps, rows.Err()
+}
+
+// participantState builds a participant's state from its columns, NULL as nil.
+func participantState(name *string, epoch *int64, vote, reason, committables *string, votedAt, ackedAt *time.Time) coordinator.ParticipantState {
+	p := coordinator.ParticipantState{VotedAt: utc(votedAt), AckedAt: utc(ackedAt)}
+	if name != nil {
+		p.Name = *name
+	}
+	if epoch != nil {
+		p.Epoch = *epoch
+	}
+	if vote != nil {
+		p.Vote = coordinator.VoteKind(*vote)
+	}
+	if reason != nil {
+		p.Reason = *reason
+	}
+	if committables != nil {
+		p.Committables = []byte(*committables)
+	}
+	return p
 }
 
 func utc(t *time.Time) *time.Time {
@@ -496,22 +473,28 @@ func utc(t *time.Time) *time.Time {
 	return &u
 }
 
-// query sends the queued writes and one query, and scans its checkpoints.
-func (t *jobTx) queryCheckpoints(sql string, args ...any) ([]*coordinator.Checkpoint, error) {
+// query sends the queued writes and sql, and scans its checkpoints (scanCheckpoints, the
+// first columns into prefix). found is false if no row came.
+func (t *jobTx) query(sql string, args []any, prefix ...any) (cps []*coordinator.Checkpoint, found bool, err error) {
 	results, err := t.queue.send(t.ctx, t.conn, func(b *pgx.Batch) { b.Queue(sql, args...) })
 	if err != nil {
-		return nil, err
+		return nil, false, err
 	}
 	defer results.Close()
 	rows, err := results.Query()
 	if err != nil {
-		return nil, err
+		return nil, false, err
 	}
-	cps, err := scanCheckpoints(rows)
-	if err != nil {
-		return nil, err
+	if cps, err = scanCheckpoints(&rowsSeen{Rows: rows, seen: &found}, prefix...); err != nil {
+		return nil, false, err
 	}
-	return cps, results.Close()
+	return cps, found, results.Close()
+}
+
+// queryCheckpoints is query for statements that select checkpoints only.
+func (t *jobTx) queryCheckpoints(sql string, args ...any) ([]*coordinator.Checkpoint, error) {
+	cps, _, err := t.query(sql, args)
+	return cps, err
 }
 
 func (t *jobTx) Preparing(ctx context.Context) ([]*coordinator.Checkpoint, error) {

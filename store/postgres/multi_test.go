@@ -14,22 +14,29 @@ import (
 	"github.com/twophase/coordinator/store/postgres"
 )
 
+// openStores opens n stores (n coordinators) on one fresh database.
+func openStores(t *testing.T, n int) []*postgres.Store {
+	t.Helper()
+	url := pgtest.URL(t)
+	stores := make([]*postgres.Store, n)
+	for i := range stores {
+		st, err := postgres.Open(t.Context(), url, postgres.Options{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(st.Close)
+		stores[i] = st
+	}
+	return stores
+}
+
 // TestTwoCoordinatorsOneTruth runs two stores (two coordinators) on one database: a
 // long-poll on one is woken by a decision taken on the other (rule 8), with every vote kept.
 func TestTwoCoordinatorsOneTruth(t *testing.T) {
 	t.Parallel()
 	ctx := t.Context()
-	url := pgtest.URL(t)
-	var svcs [2]*coordinator.Service
-	for i := range svcs {
-		st, err := postgres.Open(ctx, url, postgres.Options{})
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(st.Close)
-		svcs[i] = coordinator.NewService(st, nil)
-	}
-	a, b := svcs[0], svcs[1]
+	stores := openStores(t, 2)
+	a, b := coordinator.NewService(stores[0], nil), coordinator.NewService(stores[1], nil)
 	participants := make([]string, 8)
 	for i := range participants {
 		participants[i] = fmt.Sprintf("p%d", i)
@@ -154,16 +161,7 @@ func TestLongPollOutlastsSpuriousWakeUps(t *testing.T) {
 func TestUpdateWaitsForAnotherCoordinatorsChanges(t *testing.T) {
 	t.Parallel()
 	ctx := t.Context()
-	url := pgtest.URL(t)
-	var stores [2]*postgres.Store
-	for i := range stores {
-		st, err := postgres.Open(ctx, url, postgres.Options{})
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(st.Close)
-		stores[i] = st
-	}
+	stores := openStores(t, 2)
 	a, b := coordinator.NewService(stores[0], nil), coordinator.NewService(stores[1], nil)
 	cfg := coordinator.JobConfig{Participants: []string{"pa", "pb"}, CheckpointTimeout: time.Minute, MaxConcurrentCheckpoints: 1, AutoCommit: true}
 	if _, _, err := a.PutJob(ctx, "j", cfg); err != nil {

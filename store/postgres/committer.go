@@ -260,6 +260,7 @@ func (c *committer) commit(ops []*groupcommit.Op, join bool) ([]*groupcommit.Op,
 		}
 	}
 	locked := make(map[string]bool, len(ops))
+	last := make(map[string]*jobTx, len(ops)) // the job's latest update in the batch
 	answers := make([]error, 0, len(ops))
 	decided := make([][]*coordinator.Checkpoint, 0, len(ops))
 	for i := 0; ; i++ {
@@ -279,7 +280,9 @@ func (c *committer) commit(ops []*groupcommit.Op, join bool) ([]*groupcommit.Op,
 		if t == nil {
 			// An earlier update of the batch took this job's lock (or found it missing).
 			t = &jobTx{ctx: ctx, conn: conn, write: true, queue: queue, origin: c.store.origin}
-			errs[i] = t.begin(o.Job, o.Checkpoint, locked[o.Job])
+			if prev := last[o.Job]; prev == nil || !prev.carry(t, o.Checkpoint) {
+				errs[i] = t.begin(o.Job, o.Checkpoint, locked[o.Job])
+			}
 		}
 		if errs[i] == nil {
 			locked[o.Job] = true
@@ -296,6 +299,7 @@ func (c *committer) commit(ops []*groupcommit.Op, join bool) ([]*groupcommit.Op,
 			return ops, fnErr
 		}
 		answers, decided = append(answers, fnErr), append(decided, t.decided)
+		last[o.Job] = t
 	}
 	queue.add("commit", "COMMIT")
 	if err := queue.flush(ctx, conn); err != nil {

@@ -1,10 +1,13 @@
 package postgres
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
+	"slices"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -35,6 +38,15 @@ type jobTx struct {
 	origin    string                    // names this process in announcements (channel)
 	decided   []*coordinator.Checkpoint // as saved, published once committed
 	lastWrite *participantWrite         // the last statement queued, if a participant write (SaveStatus merges)
+
+	// known holds private copies of the checkpoints this transaction read (all the job's
+	// preparing ones among them), kept as the Save methods change them, so that the next
+	// update of the job in the same batch can start from them instead of reading (carry).
+	// carryable is false once a write they do not follow was made (a new checkpoint, the
+	// job deleted). nowAt is when now was read, by the local monotonic clock.
+	known     map[int64]*coordinator.Checkpoint
+	carryable bool
+	nowAt     time.Time
 }
 
 var _ coordinator.JobTx = (*jobTx)(nil)
@@ -242,7 +254,7 @@ func (t *jobTx) readBegin(results pgx.BatchResults, hint int64) (stale bool, err
 		}
 		return false, err
 	}
-	t.job, t.now = row.get(), t.now.UTC()
+	t.job, t.now, t.nowAt = row.get(), t.now.UTC(), time.Now()
 	if seen == nil || *seen != version {
 		return true, nil
 	}
@@ -265,13 +277,62 @@ func (t *jobTx) setState(names []string, epochs []int64, cps []*coordinator.Chec
 		t.job.Epochs[n] = epochs[i]
 	}
 	t.preparing, t.hinted, t.loaded = nil, nil, true
+	t.known, t.carryable = make(map[int64]*coordinator.Checkpoint, len(cps)), true
 	for _, cp := range cps {
+		t.known[cp.ID] = cp.Clone()
 		if cp.Status == coordinator.StatusPreparing {
 			t.preparing = append(t.preparing, cp)
 		} else if cp.ID == hint {
 			t.hinted = cp
 		}
 	}
+}
+
+// carry begins next, the next update of the same job in this transaction, from what this
+// one knows, if it can: without a statement. The clock goes on from the one read under the
+// lock, by the local monotonic clock. It returns false if next must read: this update made
+// a write that known does not follow, or hint is a checkpoint it did not read.
+func (t *jobTx) carry(next *jobTx, hint int64) bool {
+	if !t.carryable || t.known == nil {
+		return false
+	}
+	if _, ok := t.known[hint]; hint != 0 && !ok {
+		return false
+	}
+	job := *t.job
+	job.Epochs = maps.Clone(t.job.Epochs)
+	next.job, next.nowAt = &job, t.nowAt
+	next.now = t.now.Add(time.Since(t.nowAt)).Truncate(time.Microsecond)
+	next.known, next.carryable, t.known = t.known, true, nil
+	next.preparing, next.hinted, next.loaded = nil, nil, true
+	for _, id := range slices.Sorted(maps.Keys(next.known)) {
+		cp := next.known[id]
+		if cp.Status == coordinator.StatusPreparing {
+			next.preparing = append(next.preparing, cp.Clone())
+		} else if id == hint {
+			next.hinted = cp.Clone()
+		}
+	}
+	return true
+}
+
+// remember keeps a copy of checkpoints read under the lock in known.
+func (t *jobTx) remember(cps ...*coordinator.Checkpoint) {
+	if t.known != nil {
+		for _, cp := range cps {
+			t.known[cp.ID] = cp.Clone()
+		}
+	}
+}
+
+// knownCheckpoint returns the copy in known of a checkpoint being written; if there is
+// none, known no longer tells the job's state, and carry stops.
+func (t *jobTx) knownCheckpoint(id int64) *coordinator.Checkpoint {
+	cp := t.known[id]
+	if cp == nil {
+		t.carryable = false
+	}
+	return cp
 }
 
 // readState reads the job's epochs and checkpoints again, under its lock (stateSQL), when
@@ -322,7 +383,7 @@ func (t *jobTx) readLocked(name string, hint int64) error {
 	if !found {
 		return coordinator.ErrNotFound
 	}
-	t.job, t.now = row.get(), t.now.UTC()
+	t.job, t.now, t.nowAt = row.get(), t.now.UTC(), time.Now()
 	t.setState(names, epochs, cps, hint)
 	return nil
 }
@@ -506,7 +567,9 @@ func (t *jobTx) Preparing(ctx context.Context) ([]*coordinator.Checkpoint, error
 		return cps, nil
 	}
 	t.preparing, t.loaded = nil, false
-	return t.queryCheckpoints(preparingSQL, t.job.Name)
+	cps, err := t.queryCheckpoints(preparingSQL, t.job.Name)
+	t.remember(cps...)
+	return cps, err
 }
 
 func (t *jobTx) Checkpoint(ctx context.Context, id int64) (*coordinator.Checkpoint, error) {
@@ -522,6 +585,7 @@ func (t *jobTx) Checkpoint(ctx context.Context, id int64) (*coordinator.Checkpoi
 	if len(cps) == 0 {
 		return nil, coordinator.ErrNotFound
 	}
+	t.remember(cps[0])
 	return cps[0], nil
 }
 
@@ -555,6 +619,7 @@ func (t *jobTx) InsertCheckpoint(ctx context.Context, cp *coordinator.Checkpoint
 	if err := t.writable(); err != nil {
 		return err
 	}
+	t.carryable = false // its Seq is known only once the statement ran
 	names := make([]string, len(cp.Participants))
 	for i, p := range cp.Participants {
 		names[i] = p.Name
@@ -612,6 +677,9 @@ func (t *jobTx) SaveVote(ctx context.Context, cp *coordinator.Checkpoint, p *coo
 		s := string(p.Committables)
 		committables = &s
 	}
+	if k := t.knownParticipant(cp.ID, p.Name); k != nil {
+		k.Epoch, k.Vote, k.Reason, k.Committables, k.VotedAt = p.Epoch, p.Vote, p.Reason, bytes.Clone(p.Committables), p.VotedAt
+	}
 	t.addParticipantWrite(fmt.Sprintf("save vote of %s on %d", p.Name, cp.ID), cp, saveVoteSQL,
 		cp.Job, cp.ID, p.Name, p.Epoch, nullable(string(p.Vote)), nullable(p.Reason), committables, p.VotedAt)
 	return nil
@@ -621,7 +689,21 @@ func (t *jobTx) SaveAck(ctx context.Context, cp *coordinator.Checkpoint, p *coor
 	if err := t.writable(); err != nil {
 		return err
 	}
+	if k := t.knownParticipant(cp.ID, p.Name); k != nil {
+		k.AckedAt = p.AckedAt
+	}
 	t.addParticipantWrite(fmt.Sprintf("save ack of %s on %d", p.Name, cp.ID), cp, saveAckSQL, cp.Job, cp.ID, p.Name, p.AckedAt)
+	return nil
+}
+
+// knownParticipant is knownCheckpoint for one participant of it.
+func (t *jobTx) knownParticipant(id int64, name string) *coordinator.ParticipantState {
+	if cp := t.knownCheckpoint(id); cp != nil {
+		if p := cp.Participant(name); p != nil {
+			return p
+		}
+		t.carryable = false
+	}
 	return nil
 }
 
@@ -633,6 +715,9 @@ func (t *jobTx) addParticipantWrite(what string, cp *coordinator.Checkpoint, sql
 func (t *jobTx) SaveStatus(ctx context.Context, cp *coordinator.Checkpoint) error {
 	if err := t.writable(); err != nil {
 		return err
+	}
+	if k := t.knownCheckpoint(cp.ID); k != nil {
+		k.Status, k.DecidedAt, k.CompletedAt, k.AbortReason = cp.Status, cp.DecidedAt, cp.CompletedAt, cp.AbortReason
 	}
 	key := t.origin + " " + coordinator.BrokerKey(cp.Job, cp.ID)
 	what := fmt.Sprintf("save status of %d", cp.ID)
@@ -673,6 +758,7 @@ func (t *jobTx) DeleteJob(ctx context.Context) error {
 	if err := t.writable(); err != nil {
 		return err
 	}
+	t.carryable = false
 	t.queue.add("delete checkpoints", "DELETE FROM checkpoints WHERE job = $1", t.job.Name)
 	t.queue.add("delete job", "UPDATE jobs SET deleted = true, updated_at = clock_timestamp() WHERE name = $1", t.job.Name)
 	return nil

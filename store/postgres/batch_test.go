@@ -1,0 +1,141 @@
+package postgres_test
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/twophase/coordinator/coordinator"
+)
+
+// TestUpdatesOfOneJobInOneBatch: updates of a job that queue while a transaction holds its
+// lock join that transaction, and each starts from the state the one before it left (the
+// store carries it over instead of reading it again). Each must see the writes of those
+// before it, answer with its own state, not a later one, take a clock that does not go back,
+// and leave in the database exactly what it answered.
+func TestUpdatesOfOneJobInOneBatch(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	st := openStores(t, 1)[0]
+	s := coordinator.NewService(st, nil)
+	cfg := coordinator.JobConfig{Participants: []string{"pa", "pb"}, CheckpointTimeout: time.Minute, MaxConcurrentCheckpoints: 1, AutoCommit: true}
+	if _, _, err := s.PutJob(ctx, "j", cfg); err != nil {
+		t.Fatal(err)
+	}
+	epochs := map[string]int64{}
+	for _, p := range cfg.Participants {
+		pending, err := s.Register(ctx, "j", p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		epochs[p] = pending.Epoch
+	}
+	for round := int64(1); round <= 3; round++ {
+		if _, _, err := s.Prepare(ctx, "j", coordinator.PrepareRequest{}); err != nil {
+			t.Fatal(err)
+		}
+		votes, lockedAt := whileHeld(t, st, round, func(p string) (*coordinator.Checkpoint, error) {
+			return s.Vote(ctx, "j", round, p, coordinator.Vote{Epoch: epochs[p], Kind: coordinator.VotePrepared, Committables: []byte(`["` + p + `"]`)})
+		})
+		first, second := votes["pa"], votes["pb"]
+		if first.Status != coordinator.StatusPreparing || first.Participant("pb").Vote != "" {
+			t.Fatalf("round %d: the first vote answered %s", round, describe(first))
+		}
+		if second.Status != coordinator.StatusCommitting || string(second.Participant("pa").Committables) != `["pa"]` {
+			t.Fatalf("round %d: the second vote, after the first in the same transaction, answered %s; want committing with pa's vote", round, describe(second))
+		}
+		if at := *first.Participant("pa").VotedAt; at.Before(lockedAt) || second.Participant("pb").VotedAt.Before(at) {
+			t.Fatalf("round %d: the clock went back: lock taken at %s, votes at %s then %s", round, lockedAt, at, second.Participant("pb").VotedAt)
+		}
+		wantStored(t, st, second)
+
+		acks, _ := whileHeld(t, st, round, func(p string) (*coordinator.Checkpoint, error) {
+			return s.Ack(ctx, "j", round, p, epochs[p])
+		})
+		if acks["pa"].Status != coordinator.StatusCommitting || acks["pa"].Participant("pb").AckedAt != nil {
+			t.Fatalf("round %d: the first ack answered %s", round, describe(acks["pa"]))
+		}
+		if acks["pb"].Status != coordinator.StatusCommitted || acks["pb"].Participant("pa").AckedAt == nil {
+			t.Fatalf("round %d: the second ack, after the first in the same transaction, answered %s; want committed", round, describe(acks["pb"]))
+		}
+		wantStored(t, st, acks["pb"])
+	}
+}
+
+// whileHeld holds job j's lock in an update of checkpoint id while pa's then pb's requests
+// (do) queue behind it, so that both join its transaction, in that order; it returns their
+// answers and the clock that update read.
+func whileHeld(t *testing.T, st coordinator.Store, id int64, do func(participant string) (*coordinator.Checkpoint, error)) (map[string]*coordinator.Checkpoint, time.Time) {
+	t.Helper()
+	holding, release := make(chan time.Time), make(chan struct{})
+	held := make(chan error, 1)
+	go func() {
+		held <- st.Update(context.Background(), "j", id, func(tx coordinator.JobTx) error {
+			if _, err := tx.Checkpoint(context.Background(), id); err != nil {
+				return err
+			}
+			holding <- tx.Now()
+			<-release
+			return nil
+		})
+	}()
+	lockedAt := <-holding
+	type answer struct {
+		p   string
+		cp  *coordinator.Checkpoint
+		err error
+	}
+	answers := make(chan answer, 2)
+	for _, p := range []string{"pa", "pb"} {
+		go func() {
+			cp, err := do(p)
+			answers <- answer{p, cp, err}
+		}()
+		time.Sleep(100 * time.Millisecond) // queued by now, behind the one before
+	}
+	close(release)
+	if err := <-held; err != nil {
+		t.Fatal(err)
+	}
+	out := map[string]*coordinator.Checkpoint{}
+	for range 2 {
+		a := <-answers
+		if a.err != nil {
+			t.Fatalf("%s: %v", a.p, a.err)
+		}
+		out[a.p] = a.cp
+	}
+	return out, lockedAt
+}
+
+// wantStored fails unless the database holds the checkpoint exactly as answered.
+func wantStored(t *testing.T, st coordinator.Store, answered *coordinator.Checkpoint) {
+	t.Helper()
+	stored, err := st.GetCheckpoint(t.Context(), answered.Job, answered.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, want := describe(stored), describe(answered); got != want {
+		t.Fatalf("stored:\n%s\nanswered:\n%s", got, want)
+	}
+}
+
+// describe prints every field of a checkpoint, times included.
+func describe(cp *coordinator.Checkpoint) string {
+	at := func(t *time.Time) string {
+		if t == nil {
+			return "-"
+		}
+		return t.UTC().Format(time.RFC3339Nano)
+	}
+	var b strings.Builder
+	fmt.Fprintf(&b, "%s/%d seq %d %s auto %t created %s deadline %s decided %s completed %s reason %q",
+		cp.Job, cp.ID, cp.Seq, cp.Status, cp.AutoCommit, at(&cp.CreatedAt), at(&cp.Deadline), at(cp.DecidedAt), at(cp.CompletedAt), cp.AbortReason)
+	for _, p := range cp.Participants {
+		fmt.Fprintf(&b, "\n  %s epoch %d vote %q reason %q committables %s voted %s acked %s",
+			p.Name, p.Epoch, p.Vote, p.Reason, p.Committables, at(p.VotedAt), at(p.AckedAt))
+	}
+	return b.String()
+}

@@ -2,6 +2,7 @@ package postgres
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"strings"
@@ -34,6 +35,7 @@ type committer struct {
 	stop     chan struct{}
 	done     chan struct{}
 	join     chan joinRequest
+	cache    *stateCache
 }
 
 // joinRequest asks the dispatcher, for a batch about to commit, for the updates that came
@@ -59,7 +61,7 @@ func newCommitter(s *Store, workers, maxBatch int) *committer {
 	}
 	stop := make(chan struct{})
 	c := &committer{store: s, queue: groupcommit.NewQueue(stop), workers: workers, maxBatch: maxBatch,
-		stop: stop, done: make(chan struct{}), join: make(chan joinRequest)}
+		stop: stop, done: make(chan struct{}), join: make(chan joinRequest), cache: newStateCache()}
 	go c.dispatch()
 	return c
 }
@@ -172,16 +174,24 @@ func (c *committer) next(waiting *[]*groupcommit.Op, busy map[string]bool) []*gr
 // updates, with those that joined it.
 func (c *committer) run(batch []*groupcommit.Op) []*groupcommit.Op {
 	slices.SortStableFunc(batch, func(a, b *groupcommit.Op) int { return strings.Compare(a.Job, b.Job) })
-	ops, err := c.commit(batch, true)
+	ops, err := c.commit(batch, true, true)
 	if err == nil {
 		return ops
 	}
+	// The jobs' cached states were taken by the batch, and are not put back: what follows
+	// reads every job under its lock.
+	if errors.Is(err, errStale) {
+		// Another process changed a cached job: nothing was committed; run the batch again.
+		if _, err = c.commit(ops, false, false); err == nil {
+			return ops
+		}
+	}
 	for _, o := range ops {
 		if len(ops) > 1 {
-			_, err = c.commit([]*groupcommit.Op{o}, false)
+			_, err = c.commit([]*groupcommit.Op{o}, false, false)
 		}
 		for attempt := 1; retryable(err) && attempt < maxAttempts; attempt++ {
-			_, err = c.commit([]*groupcommit.Op{o}, false)
+			_, err = c.commit([]*groupcommit.Op{o}, false, false)
 		}
 		if err != nil {
 			o.Finish(translate(err))
@@ -213,7 +223,7 @@ func (c *committer) more(ops []*groupcommit.Op) []*groupcommit.Op {
 // commit runs the updates in one transaction, with those that join it if join is true.
 // On success it answers every update and returns nil; on failure it answers none and
 // returns the error. Either way it returns the updates it took.
-func (c *committer) commit(ops []*groupcommit.Op, join bool) ([]*groupcommit.Op, error) {
+func (c *committer) commit(ops []*groupcommit.Op, join, useCache bool) ([]*groupcommit.Op, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), batchTimeout)
 	defer cancel()
 	pooled, err := c.store.pool.Acquire(ctx)
@@ -225,41 +235,63 @@ func (c *committer) commit(ops []*groupcommit.Op, join bool) ([]*groupcommit.Op,
 	conn := pooled.Conn()
 	queue := &writeQueue{}
 	queue.add("begin", "BEGIN")
-	// The first update of each job (ops are sorted by job) is begun in the first round
-	// trip, all at once: the jobs' data are disjoint, and their locks are taken in order.
+	newTx := func() *jobTx {
+		return &jobTx{ctx: ctx, conn: conn, write: true, queue: queue, origin: c.store.origin, cache: c.cache}
+	}
+	// The first update of each job (ops are sorted by job) begins from the job's cached
+	// state if there is one (cache.go), else from what it reads under the lock.
 	txs := make([]*jobTx, len(ops))
 	errs := make([]error, len(ops))
-	results, err := queue.send(ctx, conn, func(b *pgx.Batch) {
+	cached := make([]*jobState, len(ops))
+	estimates := make([]time.Time, len(ops))
+	reads := false
+	for i, o := range ops {
+		if i > 0 && ops[i-1].Job == o.Job {
+			continue
+		}
+		txs[i] = newTx()
+		if useCache {
+			cached[i] = c.cache.take(o.Job)
+		}
+		if cached[i] == nil {
+			reads = true
+		} else {
+			var ok bool
+			if estimates[i], ok = c.cache.estimate(cached[i].lastNow); !ok {
+				reads = true
+			}
+		}
+	}
+	if reads {
+		if err := c.begin(ops, txs, cached); err != nil {
+			return ops, err
+		}
+	} else {
+		// Every job is cached: their checks go with the writes and COMMIT, in one round
+		// trip, and the rules run on the estimated clock.
 		for i, o := range ops {
-			if i == 0 || ops[i-1].Job != o.Job {
-				txs[i] = &jobTx{ctx: ctx, conn: conn, write: true, queue: queue, origin: c.store.origin}
-				txs[i].queueBegin(b, o.Job, o.Checkpoint)
-			}
-		}
-	})
-	if err != nil {
-		return ops, err
-	}
-	stale := make([]bool, len(ops))
-	for i, o := range ops {
-		if txs[i] != nil {
-			if stale[i], errs[i] = txs[i].readBegin(results, o.Checkpoint); errs[i] != nil && errs[i] != coordinator.ErrNotFound {
-				results.Close()
-				return ops, errs[i]
-			}
-		}
-	}
-	if err := results.Close(); err != nil {
-		return ops, err
-	}
-	for i, o := range ops {
-		if stale[i] {
-			if err := txs[i].readState(o.Checkpoint); err != nil {
-				return ops, err
+			if st := cached[i]; st != nil {
+				queue.addScan("check the cached state of job "+o.Job, func(row pgx.Row) error {
+					var db time.Time
+					err := scanCheck(row, &db)
+					if err == nil {
+						c.cache.observe(db, time.Now())
+					}
+					return err
+				}, checkSQL, o.Job, st.version, estimates[i])
+				txs[i].resume(st, estimates[i], time.Now(), o.Checkpoint)
+				txs[i].version = st.version + 1
 			}
 		}
 	}
 	locked := make(map[string]bool, len(ops))
+	for i, o := range ops {
+		if txs[i] != nil && txs[i].job != nil {
+			locked[o.Job] = true
+		} else if txs[i] != nil {
+			errs[i] = coordinator.ErrNotFound
+		}
+	}
 	last := make(map[string]*jobTx, len(ops)) // the job's latest update in the batch
 	answers := make([]error, 0, len(ops))
 	decided := make([][]*coordinator.Checkpoint, 0, len(ops))
@@ -279,7 +311,7 @@ func (c *committer) commit(ops []*groupcommit.Op, join bool) ([]*groupcommit.Op,
 		o, t := ops[i], txs[i]
 		if t == nil {
 			// An earlier update of the batch took this job's lock (or found it missing).
-			t = &jobTx{ctx: ctx, conn: conn, write: true, queue: queue, origin: c.store.origin}
+			t = newTx()
 			if prev := last[o.Job]; prev == nil || !prev.carry(t, o.Checkpoint) {
 				errs[i] = t.begin(o.Job, o.Checkpoint, locked[o.Job])
 			}
@@ -311,6 +343,12 @@ func (c *committer) commit(ops []*groupcommit.Op, join bool) ([]*groupcommit.Op,
 		}
 		return ops, fmt.Errorf("commit: %w", err)
 	}
+	for _, o := range ops {
+		if t := last[o.Job]; t != nil {
+			last[o.Job] = nil
+			c.cache.put(t, t.version)
+		}
+	}
 	for i, o := range ops {
 		for _, cp := range decided[i] {
 			c.store.broker.Publish(cp)
@@ -318,4 +356,59 @@ func (c *committer) commit(ops []*groupcommit.Op, join bool) ([]*groupcommit.Op,
 		o.Finish(answers[i])
 	}
 	return ops, nil
+}
+
+// begin reads, in one round trip, the state of the first update of each job of ops (ops
+// are sorted by job, and the locks are taken in that order): a cached job is checked
+// (checkSQL), and begins from its cached state with the clock the check read; the others
+// are locked and read. A job found missing leaves its jobTx without a job.
+func (c *committer) begin(ops []*groupcommit.Op, txs []*jobTx, cached []*jobState) error {
+	queue := txs[0].queue
+	results, err := queue.send(txs[0].ctx, txs[0].conn, func(b *pgx.Batch) {
+		for i, o := range ops {
+			switch {
+			case cached[i] != nil:
+				b.Queue(checkSQL, o.Job, cached[i].version, nil)
+			case txs[i] != nil:
+				txs[i].queueBegin(b, o.Job, o.Checkpoint)
+			}
+		}
+	})
+	if err != nil {
+		return err
+	}
+	stale := make([]bool, len(ops))
+	for i, o := range ops {
+		switch {
+		case cached[i] != nil:
+			var now time.Time
+			if err := scanCheck(results.QueryRow(), &now); err != nil {
+				results.Close()
+				return err
+			}
+			at := time.Now()
+			c.cache.observe(now, at)
+			txs[i].resume(cached[i], now.UTC(), at, o.Checkpoint)
+			txs[i].version = cached[i].version + 1
+		case txs[i] != nil:
+			var err error
+			if stale[i], err = txs[i].readBegin(results, o.Checkpoint); err == coordinator.ErrNotFound {
+				txs[i].job = nil
+			} else if err != nil {
+				results.Close()
+				return err
+			}
+		}
+	}
+	if err := results.Close(); err != nil {
+		return err
+	}
+	for i, o := range ops {
+		if stale[i] {
+			if err := txs[i].readState(o.Checkpoint); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
 }

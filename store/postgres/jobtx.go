@@ -43,10 +43,15 @@ type jobTx struct {
 	// preparing ones among them), kept as the Save methods change them, so that the next
 	// update of the job in the same batch can start from them instead of reading (carry).
 	// carryable is false once a write they do not follow was made (a new checkpoint, the
-	// job deleted). nowAt is when now was read, by the local monotonic clock.
+	// job deleted). cacheable is false once known no longer tells the job's state even
+	// after the commit (the job deleted). nowAt is when now was read, by the local
+	// monotonic clock. version is the job's version that the lock found, plus one.
 	known     map[int64]*coordinator.Checkpoint
 	carryable bool
+	cacheable bool
 	nowAt     time.Time
+	version   int64
+	cache     *stateCache
 }
 
 var _ coordinator.JobTx = (*jobTx)(nil)
@@ -254,7 +259,8 @@ func (t *jobTx) readBegin(results pgx.BatchResults, hint int64) (stale bool, err
 		}
 		return false, err
 	}
-	t.job, t.now, t.nowAt = row.get(), t.now.UTC(), time.Now()
+	t.job, t.now, t.nowAt, t.version = row.get(), t.now.UTC(), time.Now(), version+1
+	t.cache.observe(t.now, t.nowAt)
 	if seen == nil || *seen != version {
 		return true, nil
 	}
@@ -277,7 +283,7 @@ func (t *jobTx) setState(names []string, epochs []int64, cps []*coordinator.Chec
 		t.job.Epochs[n] = epochs[i]
 	}
 	t.preparing, t.hinted, t.loaded = nil, nil, true
-	t.known, t.carryable = make(map[int64]*coordinator.Checkpoint, len(cps)), true
+	t.known, t.carryable, t.cacheable = make(map[int64]*coordinator.Checkpoint, len(cps)), true, true
 	for _, cp := range cps {
 		t.known[cp.ID] = cp.Clone()
 		if cp.Status == coordinator.StatusPreparing {
@@ -301,19 +307,26 @@ func (t *jobTx) carry(next *jobTx, hint int64) bool {
 	}
 	job := *t.job
 	job.Epochs = maps.Clone(t.job.Epochs)
-	next.job, next.nowAt = &job, t.nowAt
-	next.now = t.now.Add(time.Since(t.nowAt)).Truncate(time.Microsecond)
-	next.known, next.carryable, t.known = t.known, true, nil
-	next.preparing, next.hinted, next.loaded = nil, nil, true
-	for _, id := range slices.Sorted(maps.Keys(next.known)) {
-		cp := next.known[id]
+	next.version = t.version
+	next.startFrom(&job, t.known, t.now.Add(time.Since(t.nowAt)).Truncate(time.Microsecond), t.nowAt, hint)
+	t.known = nil
+	return true
+}
+
+// startFrom begins t from a state known without reading it: the job, its checkpoints
+// (known, which t takes), the clock now, read or estimated at local time nowAt.
+func (t *jobTx) startFrom(job *coordinator.Job, known map[int64]*coordinator.Checkpoint, now, nowAt time.Time, hint int64) {
+	t.job, t.now, t.nowAt = job, now, nowAt
+	t.known, t.carryable, t.cacheable = known, true, true
+	t.preparing, t.hinted, t.loaded = nil, nil, true
+	for _, id := range slices.Sorted(maps.Keys(known)) {
+		cp := known[id]
 		if cp.Status == coordinator.StatusPreparing {
-			next.preparing = append(next.preparing, cp.Clone())
+			t.preparing = append(t.preparing, cp.Clone())
 		} else if id == hint {
-			next.hinted = cp.Clone()
+			t.hinted = cp.Clone()
 		}
 	}
-	return true
 }
 
 // remember keeps a copy of checkpoints read under the lock in known.
@@ -326,11 +339,11 @@ func (t *jobTx) remember(cps ...*coordinator.Checkpoint) {
 }
 
 // knownCheckpoint returns the copy in known of a checkpoint being written; if there is
-// none, known no longer tells the job's state, and carry stops.
+// none, known no longer tells the job's state: it is neither carried nor cached.
 func (t *jobTx) knownCheckpoint(id int64) *coordinator.Checkpoint {
 	cp := t.known[id]
 	if cp == nil {
-		t.carryable = false
+		t.carryable, t.cacheable = false, false
 	}
 	return cp
 }
@@ -619,13 +632,26 @@ func (t *jobTx) InsertCheckpoint(ctx context.Context, cp *coordinator.Checkpoint
 	if err := t.writable(); err != nil {
 		return err
 	}
-	t.carryable = false // its Seq is known only once the statement ran
+	// Its Seq is known only once the statement ran: no update of this batch can start
+	// from known after this one, but the batch's successor can (cacheable).
+	t.carryable = false
+	var k *coordinator.Checkpoint
+	if t.known != nil {
+		k = cp.Clone()
+		t.known[cp.ID] = k
+	}
 	names := make([]string, len(cp.Participants))
 	for i, p := range cp.Participants {
 		names[i] = p.Name
 	}
 	// One statement: the checkpoint, its participants, and the job's seq if it grows.
-	t.queue.addScan(fmt.Sprintf("insert checkpoint %d", cp.ID), func(row pgx.Row) error { return row.Scan(&cp.Seq) }, `
+	t.queue.addScan(fmt.Sprintf("insert checkpoint %d", cp.ID), func(row pgx.Row) error {
+		err := row.Scan(&cp.Seq)
+		if k != nil {
+			k.Seq = cp.Seq
+		}
+		return err
+	}, `
 		WITH c AS (
 			INSERT INTO checkpoints (job, id, status, auto_commit, created_at, deadline, decided_at, completed_at, abort_reason)
 			VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9) RETURNING seq),
@@ -702,7 +728,7 @@ func (t *jobTx) knownParticipant(id int64, name string) *coordinator.Participant
 		if p := cp.Participant(name); p != nil {
 			return p
 		}
-		t.carryable = false
+		t.carryable, t.cacheable = false, false
 	}
 	return nil
 }
@@ -758,7 +784,7 @@ func (t *jobTx) DeleteJob(ctx context.Context) error {
 	if err := t.writable(); err != nil {
 		return err
 	}
-	t.carryable = false
+	t.carryable, t.cacheable = false, false
 	t.queue.add("delete checkpoints", "DELETE FROM checkpoints WHERE job = $1", t.job.Name)
 	t.queue.add("delete job", "UPDATE jobs SET deleted = true, updated_at = clock_timestamp() WHERE name = $1", t.job.Name)
 	return nil

@@ -1,0 +1,173 @@
+package postgres
+
+import (
+	"errors"
+	"maps"
+	"sync"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/twophase/coordinator/coordinator"
+)
+
+// The committer keeps, for each job it recently changed, the state its last committed batch
+// left: the job's row, its preparing and committing checkpoints, and the job's version.
+// Every transaction that changes a job bumps jobs.version under the job's lock (lockJobSQL,
+// PutJob, and checkSQL below), whichever process runs it. So while the version is the one
+// cached, the cache is what the database holds, and the next batch can run the rules on it
+// at once: it takes the lock with checkSQL, which fails the whole transaction unless the
+// version is still the one cached, queued before the writes and sent with them and COMMIT.
+// A batch of cached jobs is then one round trip instead of two. If the check fails (another
+// process changed the job), nothing of the batch commits; its jobs are forgotten and the
+// batch runs again, reading every job under its lock.
+//
+// The rules' clock is then not read under the lock but estimated: the database's clock as
+// last read (at a moment known by the local monotonic clock) plus the time elapsed since,
+// never before the job's last update. Decisions are timed by it, a few hundred microseconds
+// behind the database's clock at most on a loaded machine. Deadlines stay exact (rule 6):
+// checkSQL also fails if a preparing checkpoint's deadline falls between the estimate and
+// the database's clock, so no rule decides on the wrong side of one.
+
+// checkSQL locks job $1 and bumps its version if the version is still $2, and returns the
+// clock; it raises division_by_zero, failing the transaction, if the version changed (or
+// the job was deleted), or if a preparing checkpoint's deadline lies between $3 (the clock
+// the rules use) and the database's clock.
+const checkSQL = `WITH u AS (
+		UPDATE jobs SET version = version + 1
+		WHERE name = $1 AND version = $2 AND NOT deleted AND NOT EXISTS (
+			SELECT 1 FROM checkpoints c WHERE c.job = $1 AND c.status = 'preparing'
+			  AND c.deadline BETWEEN least($3::timestamptz, clock_timestamp()) AND greatest($3::timestamptz, clock_timestamp()))
+		RETURNING clock_timestamp() AS now)
+	SELECT max(now), 1 / count(*) FROM u`
+
+// errStale is a failed checkSQL: the cached state is not the database's.
+var errStale = errors.New("postgres: cached job state is stale")
+
+// scanCheck reads checkSQL's row: the clock, or errStale.
+func scanCheck(row pgx.Row, now *time.Time) error {
+	var one int64
+	err := row.Scan(now, &one)
+	var pgErr *pgconn.PgError
+	if errors.As(err, &pgErr) && pgErr.Code == "22012" {
+		return errStale
+	}
+	return err
+}
+
+// jobState is what a committed batch left of a job, valid while its version is version.
+type jobState struct {
+	version int64
+	job     *coordinator.Job
+	known   map[int64]*coordinator.Checkpoint // every preparing checkpoint, and the committing ones
+	lastNow time.Time                         // the clock its last update used
+}
+
+// maxCachedJobs bounds the cache; past it, jobs not cached yet are not.
+const maxCachedJobs = 10000
+
+// maxCachedCheckpoints bounds one job's cached checkpoints; a job with more is not cached.
+const maxCachedCheckpoints = 64
+
+// clockAnchorAge is how long a reading of the database's clock may be used for estimates.
+const clockAnchorAge = 5 * time.Second
+
+type stateCache struct {
+	mu     sync.Mutex
+	jobs   map[string]*jobState
+	db, at time.Time // the database's clock as last read, and when (local, monotonic)
+}
+
+func newStateCache() *stateCache { return &stateCache{jobs: map[string]*jobState{}} }
+
+// take removes and returns job's cached state, nil if none.
+func (c *stateCache) take(job string) *jobState {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	st := c.jobs[job]
+	delete(c.jobs, job)
+	return st
+}
+
+// put caches what t, the last update of its job in a committed batch, left, or forgets the
+// job if that cannot be cached.
+func (c *stateCache) put(t *jobTx, version int64) {
+	st := t.cacheState(version)
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	switch {
+	case st == nil:
+		delete(c.jobs, t.job.Name)
+	case len(c.jobs) < maxCachedJobs || c.jobs[t.job.Name] != nil:
+		c.jobs[t.job.Name] = st
+	}
+}
+
+// forget drops job's cached state.
+func (c *stateCache) forget(job string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	delete(c.jobs, job)
+}
+
+// observe notes a reading of the database's clock, received at local time at. A reading
+// is late by the time its answer took to come, so of the readings of the last second the
+// one that shows the database's clock furthest ahead of the local one is the closest; an
+// estimate from it is behind the database's clock, never ahead, so that timestamps taken
+// after it under the lock do not go back.
+func (c *stateCache) observe(db, at time.Time) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.at.IsZero() || at.Sub(c.at) > time.Second || db.Sub(at) > c.db.Sub(c.at) {
+		c.db, c.at = db, at
+	}
+}
+
+// estimate returns the database's clock estimated from the last reading, not before
+// notBefore, and false if there is no recent reading.
+func (c *stateCache) estimate(notBefore time.Time) (time.Time, bool) {
+	c.mu.Lock()
+	db, at := c.db, c.at
+	c.mu.Unlock()
+	elapsed := time.Since(at)
+	if at.IsZero() || elapsed > clockAnchorAge {
+		return time.Time{}, false
+	}
+	now := db.Add(elapsed).Truncate(time.Microsecond)
+	if now.Before(notBefore) {
+		now = notBefore
+	}
+	return now, true
+}
+
+// cacheState returns what the cache keeps of t once its batch has committed, nil if it
+// cannot be kept.
+func (t *jobTx) cacheState(version int64) *jobState {
+	if !t.cacheable || t.known == nil || version == 0 {
+		return nil
+	}
+	known := make(map[int64]*coordinator.Checkpoint)
+	for id, cp := range t.known {
+		if cp.Status == coordinator.StatusPreparing || cp.Status == coordinator.StatusCommitting {
+			known[id] = cp
+		}
+	}
+	if len(known) > maxCachedCheckpoints {
+		return nil
+	}
+	job := *t.job
+	job.Epochs = maps.Clone(t.job.Epochs)
+	return &jobState{version: version, job: &job, known: known, lastNow: t.now}
+}
+
+// resume begins t from a cached state, as carry does from the update before it.
+func (t *jobTx) resume(st *jobState, now, nowAt time.Time, hint int64) {
+	job := *st.job
+	job.Epochs = maps.Clone(st.job.Epochs)
+	known := make(map[int64]*coordinator.Checkpoint, len(st.known))
+	for id, cp := range st.known {
+		known[id] = cp.Clone()
+	}
+	t.startFrom(&job, known, now, nowAt, hint)
+}

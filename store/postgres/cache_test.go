@@ -1,0 +1,103 @@
+package postgres_test
+
+import (
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/twophase/coordinator/coordinator"
+	"github.com/twophase/coordinator/store/postgres"
+)
+
+// setUpJob creates job j with participants pa and pb on s and registers them.
+func setUpJob(t *testing.T, s *coordinator.Service, timeout time.Duration) map[string]int64 {
+	t.Helper()
+	cfg := coordinator.JobConfig{Participants: []string{"pa", "pb"}, CheckpointTimeout: timeout, MaxConcurrentCheckpoints: 1, AutoCommit: true}
+	if _, _, err := s.PutJob(t.Context(), "j", cfg); err != nil {
+		t.Fatal(err)
+	}
+	epochs := map[string]int64{}
+	for _, p := range cfg.Participants {
+		pending, err := s.Register(t.Context(), "j", p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		epochs[p] = pending.Epoch
+	}
+	return epochs
+}
+
+// TestCachedStateChangedByAnotherCoordinator: a coordinator that changed a job last caches
+// its state and runs its next update on it without reading; if another coordinator changed
+// the job meanwhile, that update must not decide on the cached state. Here a prepares (and
+// caches the checkpoint with no votes), b records pa's vote, then a records pb's: a must
+// see pa's vote and decide commit, and every vote must be kept.
+func TestCachedStateChangedByAnotherCoordinator(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	stores := openStores(t, 2)
+	a, b := coordinator.NewService(stores[0], nil), coordinator.NewService(stores[1], nil)
+	epochs := setUpJob(t, a, time.Minute)
+	vote := func(s *coordinator.Service, id int64, p string) *coordinator.Checkpoint {
+		t.Helper()
+		cp, err := s.Vote(ctx, "j", id, p, coordinator.Vote{Epoch: epochs[p], Kind: coordinator.VotePrepared, Committables: []byte(`["` + p + `"]`)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return cp
+	}
+	for round := int64(1); round <= 5; round++ {
+		if _, _, err := a.Prepare(ctx, "j", coordinator.PrepareRequest{}); err != nil {
+			t.Fatal(err)
+		}
+		vote(b, round, "pa")
+		cp := vote(a, round, "pb")
+		if cp.Status != coordinator.StatusCommitting || string(cp.Participant("pa").Committables) != `["pa"]` {
+			t.Fatalf("round %d: a's vote, after b recorded pa's, answered %s; want committing with pa's vote", round, describe(cp))
+		}
+		wantStored(t, stores[0], cp)
+		// The acks the other way round: b acks first, then a, whose cached state has none.
+		if _, err := b.Ack(ctx, "j", round, "pa", epochs["pa"]); err != nil {
+			t.Fatal(err)
+		}
+		cp, err := a.Ack(ctx, "j", round, "pb", epochs["pb"])
+		if err != nil {
+			t.Fatal(err)
+		}
+		if cp.Status != coordinator.StatusCommitted {
+			t.Fatalf("round %d: the last ack answered %s; want committed", round, describe(cp))
+		}
+		wantStored(t, stores[0], cp)
+	}
+}
+
+// TestCachedStateKeepsDeadlinesExact: an update run on a cached state times its rules by an
+// estimate of the database's clock; even when that estimate is behind (here by a minute),
+// a vote that the database's clock says came after the deadline is not counted (rule 6).
+func TestCachedStateKeepsDeadlinesExact(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	st := openStores(t, 1)[0]
+	s := coordinator.NewService(st, nil)
+	epochs := setUpJob(t, s, 300*time.Millisecond)
+	if _, _, err := s.Prepare(ctx, "j", coordinator.PrepareRequest{}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Vote(ctx, "j", 1, "pa", coordinator.Vote{Epoch: epochs["pa"], Kind: coordinator.VotePrepared}); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(600 * time.Millisecond)
+	postgres.SetClockBehind(st, time.Minute)
+	_, err := s.Vote(ctx, "j", 1, "pb", coordinator.Vote{Epoch: epochs["pb"], Kind: coordinator.VotePrepared})
+	var e *coordinator.Error
+	if !errors.As(err, &e) || e.Code != coordinator.CodeAlreadyDecided {
+		t.Fatalf("a vote after the deadline answered %v; want already_decided", err)
+	}
+	cp, err := st.GetCheckpoint(ctx, "j", 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cp.Status != coordinator.StatusAborted || cp.Participant("pb").Vote != "" {
+		t.Fatalf("after a vote past the deadline the checkpoint is %s", describe(cp))
+	}
+}

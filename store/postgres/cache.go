@@ -73,13 +73,20 @@ const maxCachedCheckpoints = 64
 // clockAnchorAge is how long a reading of the database's clock may be used for estimates.
 const clockAnchorAge = 5 * time.Second
 
+// contendedFor is how long a job is not cached once its cached state was found stale:
+// another process changes it too, and a check that fails costs a round trip.
+const contendedFor = time.Second
+
 type stateCache struct {
 	mu     sync.Mutex
 	jobs   map[string]*jobState
+	stale  map[string]time.Time // jobs whose cached state was found stale, and when
 	db, at time.Time // the database's clock as last read, and when (local, monotonic)
 }
 
-func newStateCache() *stateCache { return &stateCache{jobs: map[string]*jobState{}} }
+func newStateCache() *stateCache {
+	return &stateCache{jobs: map[string]*jobState{}, stale: map[string]time.Time{}}
+}
 
 // take removes and returns job's cached state, nil if none.
 func (c *stateCache) take(job string) *jobState {
@@ -96,6 +103,13 @@ func (c *stateCache) put(t *jobTx, version int64) {
 	st := t.cacheState(version)
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	if at, ok := c.stale[t.job.Name]; ok {
+		if time.Since(at) < contendedFor {
+			st = nil
+		} else {
+			delete(c.stale, t.job.Name)
+		}
+	}
 	switch {
 	case st == nil:
 		delete(c.jobs, t.job.Name)
@@ -104,11 +118,15 @@ func (c *stateCache) put(t *jobTx, version int64) {
 	}
 }
 
-// forget drops job's cached state.
-func (c *stateCache) forget(job string) {
+// contended notes that job's cached state was found stale (or may have been: the batch
+// that found it had other jobs too); the job is not cached for contendedFor.
+func (c *stateCache) contended(job string) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	delete(c.jobs, job)
+	if len(c.stale) >= maxCachedJobs {
+		clear(c.stale)
+	}
+	c.stale[job] = time.Now()
 }
 
 // observe notes a reading of the database's clock, received at local time at. A reading

@@ -182,6 +182,10 @@ func (c *committer) run(batch []*groupcommit.Op) []*groupcommit.Op {
 	// reads every job under its lock.
 	if errors.Is(err, errStale) {
 		// Another process changed a cached job: nothing was committed; run the batch again.
+		// Its jobs are not cached for a while: another process is changing them too.
+		for _, o := range ops {
+			c.cache.contended(o.Job)
+		}
 		if _, err = c.commit(ops, false, false); err == nil {
 			return ops
 		}
@@ -230,8 +234,14 @@ func (c *committer) commit(ops []*groupcommit.Op, join, useCache bool) ([]*group
 	if err != nil {
 		return ops, fmt.Errorf("acquire connection: %w", err)
 	}
-	// A connection left inside a transaction is closed by the pool on release.
-	defer pooled.Release()
+	defer func() {
+		// After a failed statement the transaction is aborted: end it, so that the pool
+		// keeps the connection (one left inside a transaction is closed on release).
+		if tx := pooled.Conn().PgConn().TxStatus(); tx == 'E' || tx == 'T' {
+			_, _ = pooled.Conn().Exec(ctx, "ROLLBACK")
+		}
+		pooled.Release()
+	}()
 	conn := pooled.Conn()
 	queue := &writeQueue{}
 	queue.add("begin", "BEGIN")

@@ -25,10 +25,12 @@ import (
 //
 // The rules' clock is then not read under the lock but estimated: the database's clock as
 // last read (at a moment known by the local monotonic clock) plus the time elapsed since,
-// never before the job's last update. Decisions are timed by it, a few hundred microseconds
-// behind the database's clock at most on a loaded machine. Deadlines stay exact (rule 6):
-// checkSQL also fails if a preparing checkpoint's deadline falls between the estimate and
-// the database's clock, so no rule decides on the wrong side of one.
+// never before the job's last update. Decisions are timed by it: behind the database's
+// clock by about the time a reading takes to come back (under a millisecond here, more on
+// a loaded machine), never ahead of it, so timestamps of a job never go back. Deadlines
+// stay exact (rule 6): checkSQL also fails if a preparing checkpoint's deadline falls
+// between the estimate and the database's clock, so no rule decides on the wrong side of
+// one. A job whose cached state was found stale is not cached for a second (contendedFor).
 
 // checkSQL locks job $1 and bumps its version if the version is still $2, and returns the
 // clock; it raises division_by_zero, failing the transaction, if the version changed (or
@@ -81,7 +83,7 @@ type stateCache struct {
 	mu     sync.Mutex
 	jobs   map[string]*jobState
 	stale  map[string]time.Time // jobs whose cached state was found stale, and when
-	db, at time.Time // the database's clock as last read, and when (local, monotonic)
+	db, at time.Time            // the database's clock as last read, and when (local, monotonic)
 }
 
 func newStateCache() *stateCache {
@@ -116,6 +118,13 @@ func (c *stateCache) put(t *jobTx, version int64) {
 	case len(c.jobs) < maxCachedJobs || c.jobs[t.job.Name] != nil:
 		c.jobs[t.job.Name] = st
 	}
+}
+
+// forget drops job's cached state: the job was changed outside the committer (PutJob).
+func (c *stateCache) forget(job string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	delete(c.jobs, job)
 }
 
 // contended notes that job's cached state was found stale (or may have been: the batch

@@ -227,7 +227,15 @@ func (c *committer) more(ops []*groupcommit.Op) []*groupcommit.Op {
 // commit runs the updates in one transaction, with those that join it if join is true.
 // On success it answers every update and returns nil; on failure it answers none and
 // returns the error. Either way it returns the updates it took.
-func (c *committer) commit(ops []*groupcommit.Op, join, useCache bool) ([]*groupcommit.Op, error) {
+func (c *committer) commit(ops []*groupcommit.Op, join, useCache bool) (_ []*groupcommit.Op, err error) {
+	// A failed check fails the transaction, and every statement after it: whatever error
+	// the batch ends with (a rule may have wrapped it, or not), it is errStale then.
+	stale := false
+	defer func() {
+		if err != nil && stale && !errors.Is(err, errStale) {
+			err = fmt.Errorf("%w (%w)", errStale, err)
+		}
+	}()
 	ctx, cancel := context.WithTimeout(context.Background(), batchTimeout)
 	defer cancel()
 	pooled, err := c.store.pool.Acquire(ctx)
@@ -287,6 +295,7 @@ func (c *committer) commit(ops []*groupcommit.Op, join, useCache bool) ([]*group
 					if err == nil {
 						c.cache.observe(db, time.Now())
 					}
+					stale = stale || errors.Is(err, errStale)
 					return err
 				}, checkSQL, o.Job, st.version, estimates[i])
 				txs[i].resume(st, estimates[i], time.Now(), o.Checkpoint)

@@ -220,6 +220,8 @@ func (s *Store) PutJob(ctx context.Context, name string, cfg coordinator.JobConf
 		job, err = getJob(ctx, tx, name)
 		return err
 	})
+	// Its version changed: what the committer cached of it is stale.
+	s.committer.cache.forget(name)
 	if err != nil {
 		return nil, false, translate(fmt.Errorf("put job %s: %w", name, err))
 	}

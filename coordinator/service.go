@@ -338,15 +338,19 @@ func (s *Service) GetCheckpoint(ctx context.Context, job string, id int64, wait 
 	}
 	timer := time.NewTimer(wait)
 	defer timer.Stop()
-	for {
+	knower, _ := s.store.(PreparingKnower)
+	for first := true; ; first = false {
 		// Subscribe before reading, so that a decision after the read wakes us. A wake-up
 		// may be spurious (a store that lost its notifications wakes every waiter), so the
-		// wait goes on until the checkpoint is decided or the time is up.
+		// wait goes on until the checkpoint is decided or the time is up. The first time,
+		// a store that knows the checkpoint is preparing spares the read.
 		sub := s.store.Subscribe(job, id)
-		cp, err := s.readCheckpoint(ctx, job, id)
-		if err != nil || cp.Status != StatusPreparing {
-			sub.Cancel()
-			return cp, err
+		if !first || knower == nil || !knower.KnownPreparing(job, id) {
+			cp, err := s.readCheckpoint(ctx, job, id)
+			if err != nil || cp.Status != StatusPreparing {
+				sub.Cancel()
+				return cp, err
+			}
 		}
 		select {
 		case <-sub.Done():

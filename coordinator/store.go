@@ -50,6 +50,13 @@ type Store interface {
 	Close()
 }
 
+// PreparingKnower is implemented by a store that may know, without reading, that a
+// checkpoint is preparing, in a way that a waiter subscribed before asking is woken by
+// any decision taken on it after what the store knows (by this process or another).
+type PreparingKnower interface {
+	KnownPreparing(job string, id int64) bool
+}
+
 // JobTx is one job inside one database transaction.
 type JobTx interface {
 	// Now is the database's clock, read once the job's lock is held.

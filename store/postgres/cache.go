@@ -84,10 +84,17 @@ type stateCache struct {
 	jobs   map[string]*jobState
 	stale  map[string]time.Time // jobs whose cached state was found stale, and when
 	db, at time.Time            // the database's clock as last read, and when (local, monotonic)
+
+	// What another process decided, as the listener hears it: per job, when it last
+	// heard of one; everything, when it may have missed some (since until when it
+	// listened again). A job's state is cached only from a batch that began after both.
+	foreign    map[string]time.Time
+	allForeign time.Time
+	listening  bool
 }
 
 func newStateCache() *stateCache {
-	return &stateCache{jobs: map[string]*jobState{}, stale: map[string]time.Time{}}
+	return &stateCache{jobs: map[string]*jobState{}, stale: map[string]time.Time{}, foreign: map[string]time.Time{}}
 }
 
 // take removes and returns job's cached state, nil if none.
@@ -99,12 +106,17 @@ func (c *stateCache) take(job string) *jobState {
 	return st
 }
 
-// put caches what t, the last update of its job in a committed batch, left, or forgets the
-// job if that cannot be cached.
-func (c *stateCache) put(t *jobTx, version int64) {
+// put caches what t, the last update of its job in a committed batch begun at began, left,
+// or forgets the job if that cannot be cached.
+func (c *stateCache) put(t *jobTx, version int64, began time.Time) {
 	st := t.cacheState(version)
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	if c.allForeign.After(began) || c.foreign[t.job.Name].After(began) {
+		// Another process may have decided on the job after the batch's lock: not cached,
+		// so that knownPreparing never trusts a state older than a decision it heard of.
+		st = nil
+	}
 	if at, ok := c.stale[t.job.Name]; ok {
 		if time.Since(at) < contendedFor {
 			st = nil
@@ -125,6 +137,50 @@ func (c *stateCache) forget(job string) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	delete(c.jobs, job)
+}
+
+// heardForeign notes that another process decided on job: what is cached of it may be
+// stale (the committer's check would find out; knownPreparing cannot).
+func (c *stateCache) heardForeign(job string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	delete(c.jobs, job)
+	if len(c.foreign) >= maxCachedJobs {
+		clear(c.foreign)
+		clear(c.jobs)
+		c.allForeign = time.Now()
+	}
+	c.foreign[job] = time.Now()
+}
+
+// listen notes whether the listener is listening; when it starts again, decisions of
+// other processes may have been missed meanwhile, so nothing cached before is kept.
+func (c *stateCache) listen(on bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.listening = on
+	clear(c.jobs)
+	clear(c.foreign)
+	c.allForeign = time.Now()
+}
+
+// knownPreparing reports whether checkpoint id of job is preparing by what this process
+// knows, without a read: its cached state says so, and the listener is listening. A
+// waiter that subscribed before asking can then wait without reading: a decision taken
+// after that state either is this process's (its batch took the cached state before
+// deciding, and publishes the decision to subscribers) or another process's, heard by the
+// listener after it committed; heard before the question, it dropped the cached state
+// (heardForeign, and put refuses states from batches begun before it); heard after, it
+// wakes the subscriber.
+func (c *stateCache) knownPreparing(job string, id int64) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	st := c.jobs[job]
+	if !c.listening || st == nil {
+		return false
+	}
+	cp := st.known[id]
+	return cp != nil && cp.Status == coordinator.StatusPreparing
 }
 
 // contended notes that job's cached state was found stale (or may have been: the batch

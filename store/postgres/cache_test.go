@@ -101,3 +101,45 @@ func TestCachedStateKeepsDeadlinesExact(t *testing.T) {
 		t.Fatalf("after a vote past the deadline the checkpoint is %s", describe(cp))
 	}
 }
+
+// TestLongPollAfterAnotherCoordinatorDecided: a long-poll may wait without reading when
+// its coordinator's cached state says the checkpoint is preparing; once another
+// coordinator has decided it, and this one has heard of it, that state must not be
+// trusted: the long-poll answers the decision at once instead of sleeping out its wait.
+func TestLongPollAfterAnotherCoordinatorDecided(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	stores := openStores(t, 2)
+	a, b := coordinator.NewService(stores[0], nil), coordinator.NewService(stores[1], nil)
+	epochs := setUpJob(t, a, time.Minute)
+	for round := int64(1); round <= 3; round++ {
+		if _, _, err := a.Prepare(ctx, "j", coordinator.PrepareRequest{}); err != nil {
+			t.Fatal(err)
+		}
+		if !stores[0].KnownPreparing("j", round) {
+			t.Fatalf("round %d: the coordinator that prepared does not know the checkpoint is preparing", round)
+		}
+		for _, p := range []string{"pa", "pb"} {
+			if _, err := b.Vote(ctx, "j", round, p, coordinator.Vote{Epoch: epochs[p], Kind: coordinator.VotePrepared}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		deadline := time.Now().Add(10 * time.Second)
+		for stores[0].KnownPreparing("j", round) && time.Now().Before(deadline) {
+			time.Sleep(10 * time.Millisecond) // until a hears of b's decision
+		}
+		start := time.Now()
+		cp, err := a.GetCheckpoint(ctx, "j", round, 20*time.Second)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if cp.Status != coordinator.StatusCommitting || time.Since(start) > 10*time.Second {
+			t.Fatalf("round %d: the long-poll answered %s after %s; want committing at once", round, cp.Status, time.Since(start))
+		}
+		for _, p := range []string{"pa", "pb"} {
+			if _, err := b.Ack(ctx, "j", round, p, epochs[p]); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+}

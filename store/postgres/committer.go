@@ -236,6 +236,7 @@ func (c *committer) commit(ops []*groupcommit.Op, join, useCache bool) (_ []*gro
 			err = fmt.Errorf("%w (%w)", errStale, err)
 		}
 	}()
+	began := time.Now()
 	ctx, cancel := context.WithTimeout(context.Background(), batchTimeout)
 	defer cancel()
 	pooled, err := c.store.pool.Acquire(ctx)
@@ -365,7 +366,7 @@ func (c *committer) commit(ops []*groupcommit.Op, join, useCache bool) (_ []*gro
 	for _, o := range ops {
 		if t := last[o.Job]; t != nil {
 			last[o.Job] = nil
-			c.cache.put(t, t.version)
+			c.cache.put(t, t.version, began)
 		}
 	}
 	for i, o := range ops {

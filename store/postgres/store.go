@@ -116,6 +116,8 @@ func (s *Store) listenOnce(ctx context.Context, cfg *pgx.ConnConfig) error {
 		return err
 	}
 	// Waiters that subscribed while the listener was down re-read now.
+	s.committer.cache.listen(true)
+	defer s.committer.cache.listen(false)
 	s.broker.NotifyAll()
 	for {
 		n, err := conn.WaitForNotification(ctx)
@@ -127,9 +129,17 @@ func (s *Store) listenOnce(ctx context.Context, cfg *pgx.ConnConfig) error {
 			key = n.Payload // from a coordinator that does not name itself
 		}
 		if origin != s.origin {
+			if job, _, ok := strings.Cut(key, "/"); ok {
+				s.committer.cache.heardForeign(job)
+			}
 			s.broker.NotifyKey(key)
 		}
 	}
+}
+
+// KnownPreparing implements coordinator.PreparingKnower: see stateCache.knownPreparing.
+func (s *Store) KnownPreparing(job string, id int64) bool {
+	return s.committer.cache.knownPreparing(job, id)
 }
 
 // Subscribe implements coordinator.Store.

@@ -116,8 +116,16 @@ func TestLongPollAfterAnotherCoordinatorDecided(t *testing.T) {
 		if _, _, err := a.Prepare(ctx, "j", coordinator.PrepareRequest{}); err != nil {
 			t.Fatal(err)
 		}
-		if !stores[0].KnownPreparing("j", round) {
-			t.Fatalf("round %d: the coordinator that prepared does not know the checkpoint is preparing", round)
+		// a caches the job's state unless it heard of b's last decision (the round before)
+		// only after its prepare began; then an update of its own caches it again.
+		for try := 0; !stores[0].KnownPreparing("j", round); try++ {
+			if try == 50 {
+				t.Fatalf("round %d: the coordinator that prepared does not know the checkpoint is preparing", round)
+			}
+			time.Sleep(20 * time.Millisecond)
+			if err := stores[0].Update(ctx, "j", 0, func(coordinator.JobTx) error { return nil }); err != nil {
+				t.Fatal(err)
+			}
 		}
 		for _, p := range []string{"pa", "pb"} {
 			if _, err := b.Vote(ctx, "j", round, p, coordinator.Vote{Epoch: epochs[p], Kind: coordinator.VotePrepared}); err != nil {

@@ -7,7 +7,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
+
 	"github.com/twophase/coordinator/coordinator"
+	"github.com/twophase/coordinator/store/pgtest"
+	"github.com/twophase/coordinator/store/postgres"
 )
 
 // TestUpdatesOfOneJobInOneBatch: updates of a job that queue while a transaction holds its
@@ -138,4 +142,71 @@ func describe(cp *coordinator.Checkpoint) string {
 			p.Name, p.Epoch, p.Vote, p.Reason, p.Committables, at(p.VotedAt), at(p.AckedAt))
 	}
 	return b.String()
+}
+
+// TestVotesCloseTogetherShareATransaction: when a vote leaves a checkpoint still missing
+// votes, its batch waits a moment (up to a millisecond) for them before it commits, so that
+// votes sent together share one transaction instead of the second waiting for the first's
+// commit and then taking its own. Every transaction that changes a job bumps its version
+// once, so the version tells how many there were. The second vote of each round is sent
+// 300 µs after the first, long after the first's batch would have committed alone.
+func TestVotesCloseTogetherShareATransaction(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	url := pgtest.URL(t)
+	st, err := postgres.Open(ctx, url, postgres.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(st.Close)
+	db, err := pgx.Connect(ctx, url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { db.Close(context.Background()) })
+	s := coordinator.NewService(st, nil)
+	epochs := setUpJob(t, s, time.Minute)
+	version := func() (v int64) {
+		t.Helper()
+		if err := db.QueryRow(ctx, "SELECT version FROM jobs WHERE name = 'j'").Scan(&v); err != nil {
+			t.Fatal(err)
+		}
+		return v
+	}
+	const rounds = 10
+	shared := 0
+	for round := int64(1); round <= rounds; round++ {
+		if _, _, err := s.Prepare(ctx, "j", coordinator.PrepareRequest{}); err != nil {
+			t.Fatal(err)
+		}
+		before := version()
+		errs := make(chan error, 2)
+		for i, p := range []string{"pa", "pb"} {
+			go func() {
+				_, err := s.Vote(ctx, "j", round, p, coordinator.Vote{Epoch: epochs[p], Kind: coordinator.VotePrepared})
+				errs <- err
+			}()
+			if i == 0 {
+				// A spin, not a sleep: on a VM a 300 µs sleep may last milliseconds.
+				for start := time.Now(); time.Since(start) < 300*time.Microsecond; {
+				}
+			}
+		}
+		for range 2 {
+			if err := <-errs; err != nil {
+				t.Fatal(err)
+			}
+		}
+		if version()-before == 1 {
+			shared++
+		}
+		for _, p := range []string{"pa", "pb"} {
+			if _, err := s.Ack(ctx, "j", round, p, epochs[p]); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	if shared < rounds/2 {
+		t.Fatalf("the two votes of a round shared a transaction in %d rounds of %d; want most", shared, rounds)
+	}
 }

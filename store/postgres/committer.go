@@ -39,11 +39,32 @@ type committer struct {
 }
 
 // joinRequest asks the dispatcher, for a batch about to commit, for the updates that came
-// meanwhile for its jobs (whose locks it holds), up to max.
+// meanwhile for its jobs (whose locks it holds), up to max. If none came, but the batch
+// awaits some (await: jobs whose checkpoint still misses votes or acks), the dispatcher
+// may hold the answer until one comes, or until until.
 type joinRequest struct {
 	jobs  map[string]bool
+	await map[string]bool
+	until time.Time
 	max   int
 	reply chan []*groupcommit.Op
+}
+
+// joinWait bounds how long a batch waits, before it commits, for the votes (or acks) still
+// missing on a checkpoint it changed: the participants of a checkpoint often vote within a
+// fraction of a millisecond of each other, and a vote that misses the batch of the one
+// before waits for its commit, then takes one of its own. A job whose batches waited in
+// vain vainTries times in a row is not waited for during lingerOff.
+const (
+	joinWait  = time.Millisecond
+	vainTries = 3
+	lingerOff = time.Second
+)
+
+// vainWait counts a job's waits for followers that did not come (joinWait).
+type vainWait struct {
+	inARow int
+	since  time.Time // when the job was last given up on
 }
 
 // batchTimeout bounds one group commit; requests give up earlier on their own deadline.
@@ -82,6 +103,8 @@ func (c *committer) dispatch() {
 	finished := make(chan []*groupcommit.Op, c.workers)
 	busy := map[string]bool{} // jobs in a running batch
 	var waiting []*groupcommit.Op
+	var parked []joinRequest       // join requests held for followers, oldest first
+	vain := map[string]*vainWait{} // jobs whose followers did not come when awaited
 	running := 0
 	arrivals := c.queue.Arrivals()
 	for {
@@ -105,14 +128,10 @@ func (c *committer) dispatch() {
 				}
 			}
 		}
-		select {
-		case o := <-arrivals:
-			if c.queue.Claim(o) {
-				waiting = append(waiting, o)
-			}
-			take()
-		case req := <-c.join:
-			take()
+		// answer answers a join request with the updates waiting for its jobs; if there are
+		// none, it may park the request instead (see joinRequest), and answers it empty once
+		// its time is up, noting that its jobs' followers did not come.
+		answer := func(req joinRequest) bool {
 			var joined []*groupcommit.Op
 			rest := waiting[:0]
 			for _, o := range waiting {
@@ -127,13 +146,79 @@ func (c *committer) dispatch() {
 			}
 			clear(waiting[len(rest):])
 			waiting = rest
+			switch now := time.Now(); {
+			case len(req.await) == 0:
+			case len(joined) > 0:
+				for job := range req.await {
+					delete(vain, job)
+				}
+			case now.Before(req.until):
+				for job := range req.await {
+					if v := vain[job]; v == nil || now.Sub(v.since) > lingerOff {
+						return false
+					}
+				}
+			default:
+				if len(vain) > maxCachedJobs {
+					clear(vain)
+				}
+				for job := range req.await {
+					v := vain[job]
+					if v == nil {
+						v = &vainWait{}
+						vain[job] = v
+					}
+					if v.inARow++; v.inARow >= vainTries {
+						v.inARow, v.since = 0, now
+					}
+				}
+			}
 			req.reply <- joined
+			return true
+		}
+		reanswer := func() {
+			still := parked[:0]
+			for _, req := range parked {
+				if !answer(req) {
+					still = append(still, req)
+				}
+			}
+			clear(parked[len(still):])
+			parked = still
+		}
+		var wake <-chan time.Time
+		if len(parked) > 0 {
+			first := parked[0].until
+			for _, req := range parked[1:] {
+				if req.until.Before(first) {
+					first = req.until
+				}
+			}
+			wake = time.After(time.Until(first))
+		}
+		select {
+		case o := <-arrivals:
+			if c.queue.Claim(o) {
+				waiting = append(waiting, o)
+			}
+			take()
+			reanswer()
+		case req := <-c.join:
+			take()
+			if !answer(req) {
+				parked = append(parked, req)
+			}
+		case <-wake:
+			reanswer()
 		case batch := <-finished:
 			running--
 			for _, o := range batch {
 				delete(busy, o.Job)
 			}
 		case <-c.stop:
+			for _, req := range parked {
+				req.reply <- nil
+			}
 			for ; running > 0; running-- {
 				<-finished
 			}
@@ -207,7 +292,7 @@ func (c *committer) run(batch []*groupcommit.Op) []*groupcommit.Op {
 // more returns the updates that came, while the batch ops ran, for the jobs of ops: they
 // join the batch before it commits (their jobs' locks are held already, so no lock is
 // taken out of order), instead of waiting for a transaction of their own.
-func (c *committer) more(ops []*groupcommit.Op) []*groupcommit.Op {
+func (c *committer) more(ops []*groupcommit.Op, await map[string]bool, until time.Time) []*groupcommit.Op {
 	if len(ops) >= c.maxBatch {
 		return nil
 	}
@@ -215,7 +300,7 @@ func (c *committer) more(ops []*groupcommit.Op) []*groupcommit.Op {
 	for _, o := range ops {
 		jobs[o.Job] = true
 	}
-	req := joinRequest{jobs: jobs, max: c.maxBatch - len(ops), reply: make(chan []*groupcommit.Op, 1)}
+	req := joinRequest{jobs: jobs, await: await, until: until, max: c.maxBatch - len(ops), reply: make(chan []*groupcommit.Op, 1)}
 	select {
 	case c.join <- req:
 		return <-req.reply
@@ -305,6 +390,8 @@ func (c *committer) commit(ops []*groupcommit.Op, join, useCache bool) (_ []*gro
 		}
 	}
 	locked := make(map[string]bool, len(ops))
+	var lingerUntil time.Time // how long the batch may wait for followers (joinWait), once it does
+	var recs []recorded       // the votes and acks the batch recorded
 	for i, o := range ops {
 		if txs[i] != nil && txs[i].job != nil {
 			locked[o.Job] = true
@@ -319,7 +406,11 @@ func (c *committer) commit(ops []*groupcommit.Op, join, useCache bool) (_ []*gro
 		if i == len(ops) {
 			more := []*groupcommit.Op(nil)
 			if join {
-				more = c.more(ops)
+				await := awaited(recs, last)
+				if len(await) > 0 && lingerUntil.IsZero() {
+					lingerUntil = time.Now().Add(joinWait)
+				}
+				more = c.more(ops, await, lingerUntil)
 			}
 			if len(more) == 0 {
 				break
@@ -352,6 +443,7 @@ func (c *committer) commit(ops []*groupcommit.Op, join, useCache bool) (_ []*gro
 		}
 		answers, decided = append(answers, fnErr), append(decided, t.decided)
 		last[o.Job] = t
+		recs = append(recs, t.recorded...)
 	}
 	queue.add("commit", "COMMIT")
 	if err := queue.flush(ctx, conn); err != nil {
@@ -376,6 +468,31 @@ func (c *committer) commit(ops []*groupcommit.Op, join, useCache bool) (_ []*gro
 		o.Finish(answers[i])
 	}
 	return ops, nil
+}
+
+// awaited returns the jobs on whose checkpoints the batch recorded a vote (or an ack) and
+// that, as the batch left them, still miss votes (preparing) or acks (committing): the
+// other participants' may be on their way, independently of this batch. (Not after a
+// prepare or a decision: what follows those needs the batch's answer first.)
+func awaited(recs []recorded, last map[string]*jobTx) map[string]bool {
+	var await map[string]bool
+	for _, r := range recs {
+		t := last[r.job]
+		if t == nil || t.known == nil || t.known[r.id] == nil {
+			continue
+		}
+		cp := t.known[r.id]
+		for _, p := range cp.Participants {
+			if !r.ack && cp.Status == coordinator.StatusPreparing && p.Vote == "" || r.ack && cp.Status == coordinator.StatusCommitting && p.AckedAt == nil {
+				if await == nil {
+					await = map[string]bool{}
+				}
+				await[r.job] = true
+				break
+			}
+		}
+	}
+	return await
 }
 
 // begin reads, in one round trip, the state of the first update of each job of ops (ops

@@ -52,6 +52,16 @@ type jobTx struct {
 	nowAt     time.Time
 	version   int64
 	cache     *stateCache
+	// recorded names the checkpoints on which this update recorded a vote or an ack: the
+	// other participants' may be on their way (awaited).
+	recorded []recorded
+}
+
+// recorded is a vote (ack false) or an ack recorded on a checkpoint.
+type recorded struct {
+	job string
+	id  int64
+	ack bool
 }
 
 var _ coordinator.JobTx = (*jobTx)(nil)
@@ -706,6 +716,7 @@ func (t *jobTx) SaveVote(ctx context.Context, cp *coordinator.Checkpoint, p *coo
 	if k := t.knownParticipant(cp.ID, p.Name); k != nil {
 		k.Epoch, k.Vote, k.Reason, k.Committables, k.VotedAt = p.Epoch, p.Vote, p.Reason, bytes.Clone(p.Committables), p.VotedAt
 	}
+	t.recorded = append(t.recorded, recorded{job: cp.Job, id: cp.ID})
 	t.addParticipantWrite(fmt.Sprintf("save vote of %s on %d", p.Name, cp.ID), cp, saveVoteSQL,
 		cp.Job, cp.ID, p.Name, p.Epoch, nullable(string(p.Vote)), nullable(p.Reason), committables, p.VotedAt)
 	return nil
@@ -718,6 +729,7 @@ func (t *jobTx) SaveAck(ctx context.Context, cp *coordinator.Checkpoint, p *coor
 	if k := t.knownParticipant(cp.ID, p.Name); k != nil {
 		k.AckedAt = p.AckedAt
 	}
+	t.recorded = append(t.recorded, recorded{job: cp.Job, id: cp.ID, ack: true})
 	t.addParticipantWrite(fmt.Sprintf("save ack of %s on %d", p.Name, cp.ID), cp, saveAckSQL, cp.Job, cp.ID, p.Name, p.AckedAt)
 	return nil
 }

@@ -53,18 +53,22 @@ type joinRequest struct {
 // joinWait bounds how long a batch waits, before it commits, for the votes (or acks) still
 // missing on a checkpoint it changed: the participants of a checkpoint often vote within a
 // fraction of a millisecond of each other, and a vote that misses the batch of the one
-// before waits for its commit, then takes one of its own. A job whose batches waited in
-// vain vainTries times in a row is not waited for during lingerOff.
+// before waits for its commit, then takes one of its own. The vote (or ack) that completes
+// a checkpoint never waits. A job whose batches waited in vain vainTries times in a row is
+// not waited for during a second, then two, four... up to a minute (its participants vote
+// apart: waiting would only delay them), until a wait succeeds again.
 const (
-	joinWait  = time.Millisecond
-	vainTries = 3
-	lingerOff = time.Second
+	joinWait     = time.Millisecond
+	vainTries    = 3
+	lingerOff    = time.Second
+	maxLingerOff = time.Minute
 )
 
 // vainWait counts a job's waits for followers that did not come (joinWait).
 type vainWait struct {
 	inARow int
-	since  time.Time // when the job was last given up on
+	since  time.Time     // when the job was last given up on
+	off    time.Duration // for how long
 }
 
 // batchTimeout bounds one group commit; requests give up earlier on their own deadline.
@@ -154,7 +158,7 @@ func (c *committer) dispatch() {
 				}
 			case now.Before(req.until):
 				for job := range req.await {
-					if v := vain[job]; v == nil || now.Sub(v.since) > lingerOff {
+					if v := vain[job]; v == nil || now.Sub(v.since) > v.off {
 						return false
 					}
 				}
@@ -168,8 +172,9 @@ func (c *committer) dispatch() {
 						v = &vainWait{}
 						vain[job] = v
 					}
-					if v.inARow++; v.inARow >= vainTries {
-						v.inARow, v.since = 0, now
+					if v.inARow++; v.inARow >= vainTries || v.off > 0 && now.Sub(v.since) < 2*v.off {
+						// Given up on again: for twice as long if it was lately.
+						v.inARow, v.since, v.off = 0, now, min(max(2*v.off, lingerOff), maxLingerOff)
 					}
 				}
 			}

@@ -10,8 +10,6 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/twophase/coordinator/coordinator"
-	"github.com/twophase/coordinator/store/pgtest"
-	"github.com/twophase/coordinator/store/postgres"
 )
 
 // TestUpdatesOfOneJobInOneBatch: updates of a job that queue while a transaction holds its
@@ -24,18 +22,7 @@ func TestUpdatesOfOneJobInOneBatch(t *testing.T) {
 	ctx := t.Context()
 	st := openStores(t, 1)[0]
 	s := coordinator.NewService(st, nil)
-	cfg := coordinator.JobConfig{Participants: []string{"pa", "pb"}, CheckpointTimeout: time.Minute, MaxConcurrentCheckpoints: 1, AutoCommit: true}
-	if _, _, err := s.PutJob(ctx, "j", cfg); err != nil {
-		t.Fatal(err)
-	}
-	epochs := map[string]int64{}
-	for _, p := range cfg.Participants {
-		pending, err := s.Register(ctx, "j", p)
-		if err != nil {
-			t.Fatal(err)
-		}
-		epochs[p] = pending.Epoch
-	}
+	epochs := setUpJob(t, s, time.Minute)
 	for round := int64(1); round <= 3; round++ {
 		if _, _, err := s.Prepare(ctx, "j", coordinator.PrepareRequest{}); err != nil {
 			t.Fatal(err)
@@ -153,12 +140,8 @@ func describe(cp *coordinator.Checkpoint) string {
 func TestVotesCloseTogetherShareATransaction(t *testing.T) {
 	t.Parallel()
 	ctx := t.Context()
-	url := pgtest.URL(t)
-	st, err := postgres.Open(ctx, url, postgres.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(st.Close)
+	stores, url := openStoresURL(t, 1)
+	st := stores[0]
 	db, err := pgx.Connect(ctx, url)
 	if err != nil {
 		t.Fatal(err)

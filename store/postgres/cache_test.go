@@ -9,24 +9,6 @@ import (
 	"github.com/twophase/coordinator/store/postgres"
 )
 
-// setUpJob creates job j with participants pa and pb on s and registers them.
-func setUpJob(t *testing.T, s *coordinator.Service, timeout time.Duration) map[string]int64 {
-	t.Helper()
-	cfg := coordinator.JobConfig{Participants: []string{"pa", "pb"}, CheckpointTimeout: timeout, MaxConcurrentCheckpoints: 1, AutoCommit: true}
-	if _, _, err := s.PutJob(t.Context(), "j", cfg); err != nil {
-		t.Fatal(err)
-	}
-	epochs := map[string]int64{}
-	for _, p := range cfg.Participants {
-		pending, err := s.Register(t.Context(), "j", p)
-		if err != nil {
-			t.Fatal(err)
-		}
-		epochs[p] = pending.Epoch
-	}
-	return epochs
-}
-
 // TestCachedStateChangedByAnotherCoordinator: a coordinator that changed a job last caches
 // its state and runs its next update on it without reading; if another coordinator changed
 // the job meanwhile, that update must not decide on the cached state. Here a prepares (and

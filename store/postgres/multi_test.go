@@ -17,6 +17,13 @@ import (
 // openStores opens n stores (n coordinators) on one fresh database.
 func openStores(t *testing.T, n int) []*postgres.Store {
 	t.Helper()
+	stores, _ := openStoresURL(t, n)
+	return stores
+}
+
+// openStoresURL is openStores, and returns the database's URL.
+func openStoresURL(t *testing.T, n int) ([]*postgres.Store, string) {
+	t.Helper()
 	url := pgtest.URL(t)
 	stores := make([]*postgres.Store, n)
 	for i := range stores {
@@ -27,7 +34,25 @@ func openStores(t *testing.T, n int) []*postgres.Store {
 		t.Cleanup(st.Close)
 		stores[i] = st
 	}
-	return stores
+	return stores, url
+}
+
+// setUpJob creates job j with participants pa and pb on s and registers them.
+func setUpJob(t *testing.T, s *coordinator.Service, timeout time.Duration) map[string]int64 {
+	t.Helper()
+	cfg := coordinator.JobConfig{Participants: []string{"pa", "pb"}, CheckpointTimeout: timeout, MaxConcurrentCheckpoints: 1, AutoCommit: true}
+	if _, _, err := s.PutJob(t.Context(), "j", cfg); err != nil {
+		t.Fatal(err)
+	}
+	epochs := map[string]int64{}
+	for _, p := range cfg.Participants {
+		pending, err := s.Register(t.Context(), "j", p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		epochs[p] = pending.Epoch
+	}
+	return epochs
 }
 
 // TestTwoCoordinatorsOneTruth runs two stores (two coordinators) on one database: a
@@ -163,18 +188,7 @@ func TestUpdateWaitsForAnotherCoordinatorsChanges(t *testing.T) {
 	ctx := t.Context()
 	stores := openStores(t, 2)
 	a, b := coordinator.NewService(stores[0], nil), coordinator.NewService(stores[1], nil)
-	cfg := coordinator.JobConfig{Participants: []string{"pa", "pb"}, CheckpointTimeout: time.Minute, MaxConcurrentCheckpoints: 1, AutoCommit: true}
-	if _, _, err := a.PutJob(ctx, "j", cfg); err != nil {
-		t.Fatal(err)
-	}
-	epochs := map[string]int64{}
-	for _, p := range cfg.Participants {
-		pending, err := a.Register(ctx, "j", p)
-		if err != nil {
-			t.Fatal(err)
-		}
-		epochs[p] = pending.Epoch
-	}
+	epochs := setUpJob(t, a, time.Minute)
 	for round := int64(1); round <= 3; round++ {
 		if _, _, err := a.Prepare(ctx, "j", coordinator.PrepareRequest{}); err != nil {
 			t.Fatal(err)
@@ -219,7 +233,7 @@ func TestUpdateWaitsForAnotherCoordinatorsChanges(t *testing.T) {
 		if got := cp.Participant("pa"); got.Vote != coordinator.VotePrepared || string(got.Committables) != `["a"]` {
 			t.Fatalf("round %d: b's answer shows a's vote as %q %s", round, got.Vote, got.Committables)
 		}
-		for _, p := range cfg.Participants {
+		for _, p := range []string{"pa", "pb"} {
 			if _, err := a.Ack(ctx, "j", round, p, epochs[p]); err != nil {
 				t.Fatal(err)
 			}

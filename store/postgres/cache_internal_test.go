@@ -1,0 +1,76 @@
+package postgres
+
+import (
+	"testing"
+	"time"
+
+	"github.com/twophase/coordinator/coordinator"
+)
+
+// cachedTx is the last update of a batch on job j, which left checkpoint 1 preparing.
+func cachedTx() *jobTx {
+	cp := &coordinator.Checkpoint{Job: "j", ID: 1, Status: coordinator.StatusPreparing,
+		Participants: []coordinator.ParticipantState{{Name: "a"}, {Name: "b"}}}
+	return &jobTx{job: &coordinator.Job{Name: "j"}, now: time.Now(), cacheable: true,
+		known: map[int64]*coordinator.Checkpoint{1: cp}}
+}
+
+// TestKnownPreparingOnlyWhatCannotBeStale: knownPreparing, which lets a long-poll wait
+// without reading, answers true only from a state the listener would have had to drop:
+// never while the listener is down, nothing cached before it started listening, nothing
+// heard of from another process, and no state from a batch begun before such news.
+func TestKnownPreparingOnlyWhatCannotBeStale(t *testing.T) {
+	c := newStateCache()
+	began := time.Now()
+	c.put(cachedTx(), 7, began)
+	if c.knownPreparing("j", 1) {
+		t.Fatal("known preparing while the listener has not started")
+	}
+	c.listen(true)
+	if c.knownPreparing("j", 1) {
+		t.Fatal("a state cached before the listener started is trusted")
+	}
+	c.put(cachedTx(), 7, time.Now())
+	if !c.knownPreparing("j", 1) || c.knownPreparing("j", 2) || c.knownPreparing("k", 1) {
+		t.Fatal("knownPreparing answers other than for the cached preparing checkpoint")
+	}
+	began = time.Now()
+	c.heardForeign("j")
+	if c.knownPreparing("j", 1) {
+		t.Fatal("still known preparing after another process decided on the job")
+	}
+	c.put(cachedTx(), 8, began)
+	if c.knownPreparing("j", 1) {
+		t.Fatal("a state from a batch begun before another process's decision was cached")
+	}
+	c.put(cachedTx(), 9, time.Now())
+	if !c.knownPreparing("j", 1) {
+		t.Fatal("a state from a batch begun after the news is not cached")
+	}
+	c.listen(false)
+	if c.knownPreparing("j", 1) {
+		t.Fatal("known preparing while the listener is down")
+	}
+}
+
+// TestClockEstimateNeverAhead: the estimate of the database's clock keeps, of the readings
+// of the last second, the one that puts the database furthest ahead (the least late), and
+// never goes before the job's last clock.
+func TestClockEstimateNeverAhead(t *testing.T) {
+	c := newStateCache()
+	if _, ok := c.estimate(time.Time{}); ok {
+		t.Fatal("an estimate without any reading")
+	}
+	db := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	at := time.Now()
+	c.observe(db, at)
+	c.observe(db.Add(-time.Millisecond), at.Add(time.Microsecond)) // a later, later-arriving reading
+	now, ok := c.estimate(time.Time{})
+	if !ok || now.Before(db) || now.After(db.Add(time.Since(at))) {
+		t.Fatalf("estimate %s from a reading of %s %s ago", now, db, time.Since(at))
+	}
+	last := db.Add(time.Hour)
+	if now, _ := c.estimate(last); !now.Equal(last) {
+		t.Fatalf("estimate %s before the job's last clock %s", now, last)
+	}
+}

@@ -239,18 +239,21 @@ func (t *jobTx) cacheState(version int64) *jobState {
 	if len(known) > maxCachedCheckpoints {
 		return nil
 	}
-	job := *t.job
-	job.Epochs = maps.Clone(t.job.Epochs)
-	return &jobState{version: version, job: &job, known: known, lastNow: t.now}
+	return &jobState{version: version, job: cloneJob(t.job), known: known, lastNow: t.now}
 }
 
 // resume begins t from a cached state, as carry does from the update before it.
 func (t *jobTx) resume(st *jobState, now, nowAt time.Time, hint int64) {
-	job := *st.job
-	job.Epochs = maps.Clone(st.job.Epochs)
 	known := make(map[int64]*coordinator.Checkpoint, len(st.known))
 	for id, cp := range st.known {
 		known[id] = cp.Clone()
 	}
-	t.startFrom(&job, known, now, nowAt, hint)
+	t.startFrom(cloneJob(st.job), known, now, nowAt, hint)
+}
+
+// cloneJob copies a job's row and epochs, for a state that outlives the update that read it.
+func cloneJob(j *coordinator.Job) *coordinator.Job {
+	out := *j
+	out.Epochs = maps.Clone(j.Epochs)
+	return &out
 }

@@ -315,10 +315,8 @@ func (t *jobTx) carry(next *jobTx, hint int64) bool {
 	if _, ok := t.known[hint]; hint != 0 && !ok {
 		return false
 	}
-	job := *t.job
-	job.Epochs = maps.Clone(t.job.Epochs)
 	next.version = t.version
-	next.startFrom(&job, t.known, t.now.Add(time.Since(t.nowAt)).Truncate(time.Microsecond), t.nowAt, hint)
+	next.startFrom(cloneJob(t.job), t.known, t.now.Add(time.Since(t.nowAt)).Truncate(time.Microsecond), t.nowAt, hint)
 	t.known = nil
 	return true
 }

@@ -18,10 +18,20 @@ import (
 	"log/slog"
 	"os"
 	"os/signal"
+	"runtime/debug"
 	"syscall"
 )
 
+// defaultGCPercent is the garbage collector's target unless GOGC is set. The process's live
+// heap is a few MiB while it allocates tens of MiB a second under load (request and
+// response buffers, JSON), so Go's default (100) collects many times a second; 400 trades
+// a few more MiB of memory for most of that CPU. GOGC and GOMEMLIMIT still rule.
+const defaultGCPercent = 400
+
 func main() {
+	if os.Getenv("GOGC") == "" {
+		debug.SetGCPercent(defaultGCPercent)
+	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	go func() {
 		// After the first signal, a second one kills at once (the default behaviour).

@@ -22,6 +22,7 @@ type config struct {
 	dataDir         string
 	migrate         bool
 	dbMaxConns      int
+	dbWriters       int
 	maxBodyBytes    int64
 	requestTimeout  time.Duration
 	shutdownTimeout time.Duration
@@ -38,6 +39,9 @@ const envPrefix = "COORDINATOR_"
 // maxSweepInterval keeps PROTOCOL.md rule 6: while a coordinator runs, a checkpoint whose
 // deadline passed is aborted within one second.
 const maxSweepInterval = time.Second
+
+// maxDBWriters bounds --db-writers: each writer holds a pooled connection while it commits.
+const maxDBWriters = 256
 
 // settings is a flag.FlagSet whose flags each have an environment twin.
 type settings struct {
@@ -81,6 +85,9 @@ func define(command string, cfg *config) *settings {
 		fs.IntVar(&cfg.dbMaxConns, "db-max-conns", 0,
 			"maximum `number` of PostgreSQL connections in the pool (0: the store's default)")
 		s.twin("db-max-conns", "COORDINATOR_DB_MAX_CONNS")
+		fs.IntVar(&cfg.dbWriters, "db-writers", 0,
+			"how many group commits (`number`) may be in flight at once, each on a pooled connection (0: the store's default, 2)")
+		s.twin("db-writers", "COORDINATOR_DB_WRITERS")
 		fs.Int64Var(&cfg.maxBodyBytes, "max-body-bytes", 1<<20,
 			"largest request body in `bytes`; larger ones get 413 payload_too_large")
 		s.twin("max-body-bytes", "COORDINATOR_MAX_BODY_BYTES")
@@ -201,6 +208,9 @@ func (cfg *config) validate(command string) error {
 	}
 	if cfg.dbMaxConns < 0 || cfg.dbMaxConns > math.MaxInt32 {
 		bad("--db-max-conns must be from 0 (the store's default) to %d, not %d", math.MaxInt32, cfg.dbMaxConns)
+	}
+	if cfg.dbWriters < 0 || cfg.dbWriters > maxDBWriters {
+		bad("--db-writers must be from 0 (the store's default) to %d, not %d", maxDBWriters, cfg.dbWriters)
 	}
 	if cfg.maxBodyBytes < 1 {
 		bad("--max-body-bytes must be at least 1, not %d", cfg.maxBodyBytes)

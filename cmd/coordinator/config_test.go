@@ -52,6 +52,7 @@ func TestFlagWinsOverEnvironment(t *testing.T) {
 		"COORDINATOR_MAX_BODY_BYTES=4096",
 		"COORDINATOR_MIGRATE=false",
 		"COORDINATOR_LOG_LEVEL=debug",
+		"COORDINATOR_DB_WRITERS=1",
 		"COORDINATOR_DATABASE_URL=postgres://env@db:5432/env",
 		"PATH=/usr/bin", // not ours
 	}
@@ -73,6 +74,9 @@ func TestFlagWinsOverEnvironment(t *testing.T) {
 	}
 	if cfg.logLevel != slog.LevelDebug {
 		t.Errorf("log level = %v, want debug from the environment", cfg.logLevel)
+	}
+	if cfg.dbWriters != 1 {
+		t.Errorf("db writers = %d, want 1 from the environment", cfg.dbWriters)
 	}
 }
 
@@ -111,6 +115,8 @@ func TestInvalidSettings(t *testing.T) {
 		{"body limit zero", []string{"--max-body-bytes=0"}, nil, "--max-body-bytes"},
 		{"negative pool", []string{"--db-max-conns=-1"}, nil, "--db-max-conns"},
 		{"pool beyond int32", []string{"--db-max-conns=4294967296"}, nil, "--db-max-conns"},
+		{"negative writers", []string{"--db-writers=-1"}, nil, "--db-writers"},
+		{"too many writers", nil, []string{"COORDINATOR_DB_WRITERS=257"}, "--db-writers"},
 		{"listen without port", []string{"--listen", "localhost"}, nil, "--listen"},
 		{"log format", []string{"--log-format", "xml"}, nil, "--log-format"},
 		{"not a postgres URL", []string{"--database-url", "mysql://root@db/x"}, nil, "postgres://"},

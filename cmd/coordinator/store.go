@@ -58,6 +58,7 @@ func openPostgres(ctx context.Context, cfg config, logger *slog.Logger) (coordin
 	}
 	store, err := postgres.Open(ctx, cfg.databaseURL, postgres.Options{
 		MaxConns: int32(cfg.dbMaxConns), // validated to fit
+		Writers:  cfg.dbWriters,
 		Logger:   logger,
 	})
 	if err != nil {

@@ -71,6 +71,12 @@ type vainWait struct {
 	off    time.Duration // for how long
 }
 
+// defaultWriters is how many batches commit at once unless Options.Writers says: on two
+// cores with PostgreSQL on the same machine, 2 did 5-15 % more rounds at 16 jobs than 3,
+// and 3 more than 5 or 8 (cmd/coordinator/BENCH.md); one would stall everything behind a
+// batch waiting for a lock another process holds.
+const defaultWriters = 2
+
 // batchTimeout bounds one group commit; requests give up earlier on their own deadline.
 const batchTimeout = 20 * time.Second
 
@@ -79,7 +85,7 @@ const maxAttempts = 5
 
 func newCommitter(s *Store, workers, maxBatch int) *committer {
 	if workers <= 0 {
-		workers = 3
+		workers = defaultWriters
 	}
 	if maxBatch <= 0 {
 		maxBatch = 64

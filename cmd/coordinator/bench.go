@@ -316,7 +316,7 @@ func benchCommand(ctx context.Context, args, environ []string, stdout, stderr io
 // means nothing was measured (setup failed).
 func runBench(ctx context.Context, cfg benchConfig, progress io.Writer) (*benchReport, error) {
 	started := time.Now()
-	client := newBenchClient(cfg.url, cfg.jobs*(cfg.participants+1)+8)
+	client := newBenchClient(cfg.url)
 	defer client.close()
 
 	var rss *rssSampler

@@ -6,113 +6,11 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
-	"net"
 	"net/http"
-	"os"
 	"strconv"
 	"sync"
-	"syscall"
 	"time"
 )
-
-// benchClient sends the bench's requests with raw net/http: bodies are built once per
-// participant, answers are decoded into the few fields the checks need, and the pool keeps
-// a connection per concurrent request so that no request waits for a connection.
-type benchClient struct {
-	base string
-	http *http.Client
-}
-
-func newBenchClient(base string, conns int) *benchClient {
-	transport := &http.Transport{
-		Proxy:               nil, // loopback measurements: never through a proxy
-		DialContext:         (&net.Dialer{Timeout: 5 * time.Second, KeepAlive: 30 * time.Second}).DialContext,
-		MaxIdleConns:        conns,
-		MaxIdleConnsPerHost: conns,
-		IdleConnTimeout:     90 * time.Second,
-		DisableCompression:  true,
-		ForceAttemptHTTP2:   false,
-	}
-	return &benchClient{base: base, http: &http.Client{Transport: transport}}
-}
-
-func (c *benchClient) close() { c.http.CloseIdleConnections() }
-
-// requestError is a failed request: a problem document's code, the HTTP status when the
-// answer was not a problem document, or a transport failure.
-type requestError struct {
-	code   string // problem code, "http_<status>" or "transport:<kind>"
-	detail string
-}
-
-func (e *requestError) Error() string { return e.code + ": " + e.detail }
-
-var bodyBuffers = sync.Pool{New: func() any { return new(bytes.Buffer) }}
-
-// do sends one request and decodes the answer into into when its status is want. It
-// returns the time the request was handed to the transport.
-func (c *benchClient) do(ctx context.Context, method, path string, body []byte, want int, into any) (time.Time, error) {
-	var reader io.Reader
-	if body != nil {
-		reader = bytes.NewReader(body)
-	}
-	req, err := http.NewRequestWithContext(ctx, method, c.base+path, reader)
-	if err != nil {
-		return time.Now(), &requestError{code: "transport:request", detail: err.Error()}
-	}
-	if body != nil {
-		req.Header.Set("Content-Type", "application/json")
-	}
-	sent := time.Now()
-	resp, err := c.http.Do(req)
-	if err != nil {
-		return sent, transportError(method, path, err)
-	}
-	buf := bodyBuffers.Get().(*bytes.Buffer)
-	buf.Reset()
-	defer bodyBuffers.Put(buf)
-	_, err = buf.ReadFrom(resp.Body)
-	resp.Body.Close()
-	if err != nil {
-		return sent, transportError(method, path, err)
-	}
-	if resp.StatusCode != want {
-		var problem struct {
-			Code   string `json:"code"`
-			Detail string `json:"detail"`
-		}
-		if json.Unmarshal(buf.Bytes(), &problem) == nil && problem.Code != "" {
-			return sent, &requestError{code: problem.Code, detail: fmt.Sprintf("%s %s: %d %s", method, path, resp.StatusCode, problem.Detail)}
-		}
-		return sent, &requestError{code: "http_" + strconv.Itoa(resp.StatusCode),
-			detail: fmt.Sprintf("%s %s: %d, want %d: %.200s", method, path, resp.StatusCode, want, buf.String())}
-	}
-	if into != nil {
-		if err := json.Unmarshal(buf.Bytes(), into); err != nil {
-			return sent, &requestError{code: "bad_json", detail: fmt.Sprintf("%s %s: %v in %.200s", method, path, err, buf.String())}
-		}
-	}
-	return sent, nil
-}
-
-// transportError classifies a failure to get an answer at all.
-func transportError(method, path string, err error) *requestError {
-	kind := "other"
-	switch {
-	case errors.Is(err, context.DeadlineExceeded), errors.Is(err, os.ErrDeadlineExceeded):
-		kind = "timeout"
-	case errors.Is(err, context.Canceled):
-		kind = "canceled"
-	case errors.Is(err, syscall.ECONNREFUSED):
-		kind = "connection_refused"
-	case errors.Is(err, syscall.ECONNRESET):
-		kind = "connection_reset"
-	case errors.Is(err, io.EOF), errors.Is(err, io.ErrUnexpectedEOF):
-		kind = "eof"
-	}
-	return &requestError{code: "transport:" + kind, detail: fmt.Sprintf("%s %s: %v", method, path, err)}
-}
 
 // The parts of the answers that the checks read.
 type (

@@ -2,6 +2,7 @@ package api
 
 import (
 	"bytes"
+	"encoding"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -10,7 +11,9 @@ import (
 	"net/http"
 	"reflect"
 	"slices"
+	"strconv"
 	"strings"
+	"sync"
 	"unicode/utf8"
 
 	"github.com/go-chi/chi/v5"
@@ -114,23 +117,29 @@ func checkJSON(body []byte, model reflect.Type) error {
 	if !utf8.Valid(body) {
 		return &requestError{code: codeInvalidRequest, detail: "the body is not valid UTF-8"}
 	}
-	dec := json.NewDecoder(bytes.NewReader(body))
-	var value json.RawMessage
-	if err := dec.Decode(&value); err != nil {
-		return &requestError{code: codeInvalidRequest, detail: "the body is not valid JSON: " + jsonSyntaxMessage(err)}
-	}
-	if _, err := dec.Token(); err != io.EOF {
-		return &requestError{code: codeInvalidRequest, detail: fmt.Sprintf("the body must be exactly one JSON value, but more follows at byte %d", dec.InputOffset())}
+	var value []byte
+	if json.Valid(body) {
+		// Exactly one JSON value: json.Valid allows only JSON whitespace around it.
+		value = bytes.TrimSpace(body)
+	} else {
+		// Decode it to say what is wrong, and where.
+		dec := json.NewDecoder(bytes.NewReader(body))
+		var raw json.RawMessage
+		if err := dec.Decode(&raw); err != nil {
+			return &requestError{code: codeInvalidRequest, detail: "the body is not valid JSON: " + jsonSyntaxMessage(err)}
+		}
+		if _, err := dec.Token(); err != io.EOF {
+			return &requestError{code: codeInvalidRequest, detail: fmt.Sprintf("the body must be exactly one JSON value, but more follows at byte %d", dec.InputOffset())}
+		}
+		value = raw
 	}
 	if value[0] != '{' {
 		return &requestError{code: codeInvalidRequest, detail: "the body must be a JSON object"}
 	}
-	members, err := objectMembers(value)
-	if err != nil {
-		return err
-	}
+	members := objectMembers(value)
 
-	fields := modelFields(model)
+	spec := modelSpecOf(model)
+	fields := spec.fields
 	var problems fieldProblems
 	for _, m := range members {
 		f, ok := fields[m.name]
@@ -143,18 +152,15 @@ func checkJSON(body []byte, model reflect.Type) error {
 			problems.add(m.name, "is not a field of %s%s", model.Name(), caseHint(m.name, fields))
 		case bytes.Equal(m.value, []byte("null")):
 			problems.add(m.name, "must not be null: leave the field out instead")
+		case fitsType(m.value, f.typ):
 		default:
 			if err := json.Unmarshal(m.value, reflect.New(f.typ).Interface()); err != nil {
 				problems.add(m.name, "must be %s%s", describeType(f.typ), gotWhat(err))
 			}
 		}
 	}
-	present := make(map[string]bool, len(members))
-	for _, m := range members {
-		present[m.name] = true
-	}
-	for _, name := range sortedRequired(fields) {
-		if !present[name] {
+	for _, name := range spec.required {
+		if !slices.ContainsFunc(members, func(m member) bool { return m.name == name }) {
 			problems.add(name, "is required")
 		}
 	}
@@ -167,32 +173,133 @@ func checkJSON(body []byte, model reflect.Type) error {
 // member is one name/value pair of a JSON object, in the order of the text.
 type member struct {
 	name      string
-	value     json.RawMessage
+	value     []byte
 	duplicate bool
 }
 
-// objectMembers lists the members of a valid JSON object, marking repeated names.
-func objectMembers(object json.RawMessage) ([]member, error) {
-	dec := json.NewDecoder(bytes.NewReader(object))
-	if _, err := dec.Token(); err != nil { // {
-		return nil, err
-	}
+// objectMembers lists the members of object, a valid JSON object (json.Valid), marking
+// repeated names. It only finds where each value begins and ends: the values are checked
+// against their field's type afterwards.
+func objectMembers(object []byte) []member {
 	var out []member
-	seen := map[string]bool{}
-	for dec.More() {
-		tok, err := dec.Token()
-		if err != nil {
-			return nil, &requestError{code: codeInvalidRequest, detail: "the body is not valid JSON: " + jsonSyntaxMessage(err)}
+	i := skipSpace(object, 1) // past '{'
+	for object[i] != '}' {
+		end := stringEnd(object, i)
+		name := string(object[i+1 : end-1])
+		if bytes.IndexByte(object[i:end], '\\') >= 0 {
+			_ = json.Unmarshal(object[i:end], &name) // valid: cannot fail
 		}
-		name, _ := tok.(string)
-		var value json.RawMessage
-		if err := dec.Decode(&value); err != nil {
-			return nil, &requestError{code: codeInvalidRequest, detail: "the body is not valid JSON: " + jsonSyntaxMessage(err)}
+		i = skipSpace(object, skipSpace(object, end)+1) // past ':'
+		vEnd := valueEnd(object, i)
+		dup := slices.ContainsFunc(out, func(m member) bool { return m.name == name })
+		out = append(out, member{name: name, value: object[i:vEnd], duplicate: dup})
+		i = skipSpace(object, vEnd)
+		if object[i] == ',' {
+			i = skipSpace(object, i+1)
 		}
-		out = append(out, member{name: name, value: value, duplicate: seen[name]})
-		seen[name] = true
 	}
-	return out, nil
+	return out
+}
+
+// skipSpace returns the index of the first byte of b from i on that is not JSON whitespace.
+func skipSpace(b []byte, i int) int {
+	for i < len(b) && (b[i] == ' ' || b[i] == '\t' || b[i] == '\n' || b[i] == '\r') {
+		i++
+	}
+	return i
+}
+
+// stringEnd returns the index just past the valid JSON string that begins at b[i].
+func stringEnd(b []byte, i int) int {
+	for j := i + 1; ; j++ {
+		switch b[j] {
+		case '\\':
+			j++ // the escaped byte (the rest of a \uXXXX escape has no quote)
+		case '"':
+			return j + 1
+		}
+	}
+}
+
+// valueEnd returns the index just past the valid JSON value that begins at b[i].
+func valueEnd(b []byte, i int) int {
+	switch b[i] {
+	case '"':
+		return stringEnd(b, i)
+	case '{', '[':
+		depth := 0
+		for j := i; ; j++ {
+			switch b[j] {
+			case '"':
+				j = stringEnd(b, j) - 1
+			case '{', '[':
+				depth++
+			case '}', ']':
+				if depth--; depth == 0 {
+					return j + 1
+				}
+			}
+		}
+	default: // a number, true, false or null: up to the next delimiter
+		j := i
+		for j < len(b) && !strings.ContainsRune(",}] \t\n\r", rune(b[j])) {
+			j++
+		}
+		return j
+	}
+}
+
+// fitsType reports whether value, a valid JSON value, decodes into t without error, for
+// the types it knows to check without decoding (strings, integers, booleans, raw JSON);
+// false means it does not know, or it does not fit: decode to find out, and why.
+func fitsType(value []byte, t reflect.Type) bool {
+	for t.Kind() == reflect.Pointer {
+		t = t.Elem()
+	}
+	if t == rawMessageType {
+		return true
+	}
+	if reflect.PointerTo(t).Implements(jsonUnmarshalerType) || reflect.PointerTo(t).Implements(textUnmarshalerType) {
+		return false
+	}
+	switch t.Kind() {
+	case reflect.String:
+		return value[0] == '"'
+	case reflect.Bool:
+		return string(value) == "true" || string(value) == "false"
+	case reflect.Int, reflect.Int8, reflect.Int16, reflect.Int32, reflect.Int64:
+		_, err := strconv.ParseInt(string(value), 10, t.Bits())
+		return err == nil
+	case reflect.Uint, reflect.Uint8, reflect.Uint16, reflect.Uint32, reflect.Uint64:
+		_, err := strconv.ParseUint(string(value), 10, t.Bits())
+		return err == nil
+	}
+	return false
+}
+
+var (
+	jsonUnmarshalerType = reflect.TypeFor[json.Unmarshaler]()
+	textUnmarshalerType = reflect.TypeFor[encoding.TextUnmarshaler]()
+)
+
+// modelSpec is what checkJSON needs of a generated body type, worked out once per type.
+type modelSpec struct {
+	fields   map[string]modelField
+	required []string // sorted, for stable messages
+}
+
+var modelSpecs sync.Map // reflect.Type -> *modelSpec
+
+func modelSpecOf(model reflect.Type) *modelSpec {
+	if model == nil {
+		return &modelSpec{}
+	}
+	if s, ok := modelSpecs.Load(model); ok {
+		return s.(*modelSpec)
+	}
+	fields := modelFields(model)
+	s, _ := modelSpecs.LoadOrStore(model, &modelSpec{fields: fields, required: sortedRequired(fields)})
+	return s.(*modelSpec)
 }
 
 // modelField is one field of a generated body type.

@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"net/http"
 	"runtime/debug"
+	"slices"
 	"strconv"
 	"time"
 
@@ -53,7 +54,9 @@ func newHandler(ssi StrictServerInterface, opts Options) http.Handler {
 	pw := &problemWriter{logger: opts.Logger}
 
 	r := chi.NewRouter()
-	r.Use(withRequestID, accessLog(opts.Logger), recoverer(pw))
+	// GetHead answers HEAD on every GET route as GET without its body (RFC 9110 9.3.2:
+	// load balancers and monitors probe /healthz with HEAD).
+	r.Use(withRequestID, accessLog(opts.Logger), recoverer(pw), middleware.GetHead)
 	r.NotFound(pw.notFound)
 	r.MethodNotAllowed(methodNotAllowed(r, pw))
 
@@ -113,7 +116,7 @@ func methodNotAllowed(mux *chi.Mux, pw *problemWriter) http.HandlerFunc {
 		}
 		var allow []string
 		for _, m := range candidates {
-			if mux.Match(chi.NewRouteContext(), m, path) {
+			if mux.Match(chi.NewRouteContext(), m, path) || m == http.MethodHead && slices.Contains(allow, http.MethodGet) {
 				allow = append(allow, m)
 			}
 		}

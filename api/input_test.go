@@ -300,8 +300,8 @@ func TestMethodNotAllowedListsAllow(t *testing.T) {
 	h := stubHandler(t, nil)
 	resp := rawRequest{method: "POST", path: "/v1/jobs/orders"}.do(t, h)
 	decodeProblem(t, resp, 405, "method_not_allowed")
-	if got := strings.Join(resp.Header.Values("Allow"), ","); got != "GET,PUT,DELETE" {
-		t.Errorf("Allow = %q, want GET,PUT,DELETE", got)
+	if got := strings.Join(resp.Header.Values("Allow"), ","); got != "GET,HEAD,PUT,DELETE" {
+		t.Errorf("Allow = %q, want GET,HEAD,PUT,DELETE", got)
 	}
 }
 

@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -181,6 +182,36 @@ func votePathOf(job string, id int64, p string) string {
 
 func ackPathOf(job string, id int64, p string) string {
 	return fmt.Sprintf("/v1/jobs/%s/checkpoints/%d/acks/%s", job, id, p)
+}
+
+// TestHeadAnswersAsGet: every GET route answers HEAD with the GET's status and headers,
+// without the body (RFC 9110 9.3.2), as a load balancer probing /healthz expects.
+func TestHeadAnswersAsGet(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	b.job(t, "j", `{"participants":["a"]}`, "a")
+	b.call(t, "POST", "/v1/jobs/j/checkpoints", "", "").ok(t, 201, nil)
+	for _, path := range []string{"/healthz", "/readyz", "/v1/jobs/j", "/v1/jobs/j/checkpoints/1", "/v1/jobs/j/checkpoints",
+		"/v1/jobs/nope", "/v1/jobs/j/checkpoints/x"} {
+		get := b.call(t, "GET", path, "", "")
+		head := b.call(t, "HEAD", path, "", "")
+		if head.status != get.status || len(head.body) != 0 {
+			t.Errorf("HEAD %s: %d with %d body bytes, GET: %d", path, head.status, len(head.body), get.status)
+		}
+		for _, h := range []string{"Content-Type", "Content-Length"} {
+			if head.header.Get(h) != get.header.Get(h) {
+				t.Errorf("HEAD %s: %s %q, GET: %q", path, h, head.header.Get(h), get.header.Get(h))
+			}
+		}
+		if get.header.Get("Content-Length") != strconv.Itoa(len(get.body)) {
+			t.Errorf("GET %s: Content-Length %q for %d bytes", path, get.header.Get("Content-Length"), len(get.body))
+		}
+	}
+	// Not on routes without GET.
+	a := b.call(t, "HEAD", votePathOf("j", 1, "a"), "", "")
+	if a.status != 405 || strings.Join(a.header.Values("Allow"), ",") != "PUT" {
+		t.Errorf("HEAD on a vote: %d, Allow %q; want 405, Allow PUT", a.status, a.header.Values("Allow"))
+	}
 }
 
 // TestCurlRound plays PROTOCOL.md's "A round, by curl", request for request.
@@ -528,8 +559,8 @@ func testErrorCodes(t *testing.T) {
 	t.Run("method_not_allowed", func(t *testing.T) {
 		a := b.call(t, "DELETE", "/v1/jobs/j/checkpoints/1", "", "")
 		a.problem(t, 405, "method_not_allowed")
-		if a.header.Get("Allow") != "GET" {
-			t.Errorf("Allow = %q", a.header.Values("Allow"))
+		if got := strings.Join(a.header.Values("Allow"), ","); got != "GET,HEAD" {
+			t.Errorf("Allow = %q, want GET,HEAD", got)
 		}
 	})
 	t.Run("payload_too_large", func(t *testing.T) {

@@ -292,23 +292,31 @@ func TestFaultCoordinatorDownAcrossDeadlines(t *testing.T) {
 		expiring := map[cpKey]bool{} // aborted by the deadline of its own
 		cascaded := map[cpKey]bool{} // aborted because a lower one was
 		open := map[cpKey]bool{}     // must stay as they are
+		var lastDeadline time.Time   // of the expiring ones
+		expire := func(job string, cp checkpoint) {
+			expiring[cpKey{job, cp.Id}] = true
+			if cp.Deadline.After(lastDeadline) {
+				lastDeadline = cp.Deadline
+			}
+		}
 		for i := range lateJobs {
 			name := fmt.Sprintf("late-%d", i)
 			cp := a.prepare(t, name, body)
 			a.vote(t, name, cp.Id, "sink-alpha", epochs[name]["sink-alpha"], `["a"]`)
-			expiring[cpKey{name, cp.Id}] = true
+			expire(name, cp)
 		}
 		// cascade: a long one, a short one with one vote, a long one above it.
 		c1 := a.prepare(t, "cascade", `{"timeout_ms":60000}`)
 		c2 := a.prepare(t, "cascade", body)
 		a.vote(t, "cascade", c2.Id, "sink-bravo", epochs["cascade"]["sink-bravo"], "")
 		c3 := a.prepare(t, "cascade", `{"timeout_ms":60000}`)
-		open[cpKey{"cascade", c1.Id}], expiring[cpKey{"cascade", c2.Id}], cascaded[cpKey{"cascade", c3.Id}] = true, true, true
+		open[cpKey{"cascade", c1.Id}], cascaded[cpKey{"cascade", c3.Id}] = true, true
+		expire("cascade", c2)
 		// manual: every vote in, no commit (auto_commit off).
 		m := a.prepare(t, "manual", body)
 		a.vote(t, "manual", m.Id, "sink-alpha", epochs["manual"]["sink-alpha"], "")
 		a.vote(t, "manual", m.Id, "sink-bravo", epochs["manual"]["sink-bravo"], "")
-		expiring[cpKey{"manual", m.Id}] = true
+		expire("manual", m)
 		// decided: committing before its deadline, so the deadline no longer matters.
 		d := a.prepare(t, "decided", body)
 		a.vote(t, "decided", d.Id, "sink-alpha", epochs["decided"]["sink-alpha"], "")
@@ -327,7 +335,9 @@ func TestFaultCoordinatorDownAcrossDeadlines(t *testing.T) {
 		}
 
 		stop()
-		time.Sleep(time.Until(began.Add(short*time.Millisecond + 300*time.Millisecond)))
+		// Restart once the last of them has expired (the ones prepared last, on a loaded
+		// machine up to 3/4 of short after the first): the start-up sweep must find them all.
+		time.Sleep(time.Until(lastDeadline.Add(300 * time.Millisecond)))
 		coord.Restart()
 		listening := coord.ListeningAt()
 

@@ -1,0 +1,392 @@
+package storetest
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"maps"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/twophase/coordinator/coordinator"
+)
+
+// memStore is the reference store, a plain in-memory implementation of the contract: the
+// suite runs on it (memstore_test.go) so that a failure against a real store is the store's
+// and not the suite's. It serialises every transaction on one mutex: Update works on a deep
+// copy that replaces the state when it commits.
+type memStore struct {
+	mu    sync.Mutex
+	state *memState
+
+	broker coordinator.Broker
+}
+
+type memKey struct {
+	job string
+	id  int64
+}
+
+type memState struct {
+	jobs   map[string]*coordinator.Job
+	seqs   map[string]int64
+	epochs map[string]map[string]int64
+	cps    map[string]map[int64]*coordinator.Checkpoint
+	idem   map[string]map[string]coordinator.IdempotencyRecord
+	global int64
+}
+
+var _ coordinator.Store = (*memStore)(nil)
+
+func newMemStore() *memStore {
+	return &memStore{
+		state: &memState{
+			jobs:   map[string]*coordinator.Job{},
+			seqs:   map[string]int64{},
+			epochs: map[string]map[string]int64{},
+			cps:    map[string]map[int64]*coordinator.Checkpoint{},
+			idem:   map[string]map[string]coordinator.IdempotencyRecord{},
+		},
+	}
+}
+
+func cloneCheckpoint(cp *coordinator.Checkpoint) *coordinator.Checkpoint {
+	out := cp.Clone()
+	for i := range out.Participants {
+		out.Participants[i].Committables = slices.Clone(out.Participants[i].Committables)
+	}
+	return out
+}
+
+func (s *memState) clone() *memState {
+	out := &memState{
+		jobs:   map[string]*coordinator.Job{},
+		seqs:   maps.Clone(s.seqs),
+		epochs: map[string]map[string]int64{},
+		cps:    map[string]map[int64]*coordinator.Checkpoint{},
+		idem:   map[string]map[string]coordinator.IdempotencyRecord{},
+		global: s.global,
+	}
+	for k, j := range s.jobs {
+		c := *j
+		c.Config.Participants = slices.Clone(j.Config.Participants)
+		out.jobs[k] = &c
+	}
+	for k, e := range s.epochs {
+		out.epochs[k] = maps.Clone(e)
+	}
+	for k, m := range s.cps {
+		out.cps[k] = map[int64]*coordinator.Checkpoint{}
+		for id, cp := range m {
+			out.cps[k][id] = cloneCheckpoint(cp)
+		}
+	}
+	for k, m := range s.idem {
+		out.idem[k] = maps.Clone(m)
+	}
+	return out
+}
+
+// job returns a copy of the job as stored, Seq and Epochs filled.
+func (s *memState) job(name string) *coordinator.Job {
+	j := *s.jobs[name]
+	j.Config.Participants = slices.Clone(j.Config.Participants)
+	j.Seq = s.seqs[name]
+	j.Epochs = maps.Clone(s.epochs[name])
+	if j.Epochs == nil {
+		j.Epochs = map[string]int64{}
+	}
+	return &j
+}
+
+func (s *memState) shown(name string) *coordinator.Job {
+	j := s.job(name)
+	for id, cp := range s.cps[name] {
+		if j.LastCheckpoint == nil || id > *j.LastCheckpoint {
+			j.LastCheckpoint = &id
+		}
+		if (cp.Status == coordinator.StatusCommitting || cp.Status == coordinator.StatusCommitted) && (j.LastCommitted == nil || id > *j.LastCommitted) {
+			j.LastCommitted = &id
+		}
+	}
+	return j
+}
+
+func (s *memState) sorted(job string) []*coordinator.Checkpoint {
+	var out []*coordinator.Checkpoint
+	for _, cp := range s.cps[job] {
+		out = append(out, cp)
+	}
+	slices.SortFunc(out, func(a, b *coordinator.Checkpoint) int { return cmp.Compare(a.ID, b.ID) })
+	return out
+}
+
+var errReadOnly = errors.New("write in a read-only transaction")
+
+type memTx struct {
+	state    *memState
+	name     string
+	now      time.Time
+	readOnly bool
+	decided  []*coordinator.Checkpoint
+}
+
+func (s *memStore) Update(ctx context.Context, job string, _ int64, fn func(tx coordinator.JobTx) error) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.state.jobs[job] == nil {
+		return coordinator.ErrNotFound
+	}
+	tx := &memTx{state: s.state.clone(), name: job, now: time.Now()}
+	err := fn(tx)
+	if err != nil && !coordinator.IsRejection(err) {
+		return err
+	}
+	s.state = tx.state
+	for _, cp := range tx.decided {
+		s.broker.Publish(cp)
+	}
+	return err
+}
+
+func (s *memStore) GetCheckpoint(ctx context.Context, job string, id int64) (*coordinator.Checkpoint, error) {
+	var cp *coordinator.Checkpoint
+	err := s.View(ctx, job, func(tx coordinator.JobTx) error {
+		var err error
+		cp, err = tx.Checkpoint(ctx, id)
+		if err == coordinator.ErrNotFound {
+			cp, err = nil, nil
+		}
+		return err
+	})
+	return cp, err
+}
+
+func (s *memStore) View(ctx context.Context, job string, fn func(tx coordinator.JobTx) error) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.state.jobs[job] == nil {
+		return coordinator.ErrNotFound
+	}
+	return fn(&memTx{state: s.state.clone(), name: job, now: time.Now(), readOnly: true})
+}
+
+func (s *memStore) PutJob(ctx context.Context, name string, cfg coordinator.JobConfig) (*coordinator.Job, bool, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	now := time.Now()
+	cfg.Participants = slices.Clone(cfg.Participants)
+	j, ok := s.state.jobs[name]
+	if !ok {
+		j = &coordinator.Job{Name: name, CreatedAt: now}
+		s.state.jobs[name] = j
+	}
+	j.Config, j.UpdatedAt = cfg, now
+	return s.state.job(name), !ok, nil
+}
+
+func (s *memStore) GetJob(ctx context.Context, name string) (*coordinator.Job, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.state.jobs[name] == nil {
+		return nil, coordinator.ErrNotFound
+	}
+	return s.state.shown(name), nil
+}
+
+func (s *memStore) ListJobs(ctx context.Context, after string, limit int) ([]*coordinator.Job, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	names := slices.Sorted(maps.Keys(s.state.jobs))
+	var out []*coordinator.Job
+	for _, n := range names {
+		if n > after && len(out) < limit {
+			out = append(out, s.state.shown(n))
+		}
+	}
+	return out, nil
+}
+
+func (s *memStore) ListCheckpoints(ctx context.Context, q coordinator.CheckpointQuery) ([]*coordinator.Checkpoint, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var all []*coordinator.Checkpoint
+	if q.Job != "" {
+		all = s.state.sorted(q.Job)
+		slices.Reverse(all)
+	} else {
+		for job := range s.state.cps {
+			all = append(all, s.state.sorted(job)...)
+		}
+		slices.SortFunc(all, func(a, b *coordinator.Checkpoint) int { return cmp.Compare(a.Seq, b.Seq) })
+	}
+	var out []*coordinator.Checkpoint
+	for _, cp := range all {
+		pos := cp.Seq
+		if q.Job != "" {
+			pos = cp.ID
+		}
+		if q.After != 0 && ((q.Job != "" && pos >= q.After) || (q.Job == "" && pos <= q.After)) {
+			continue
+		}
+		if len(q.Statuses) > 0 && !slices.Contains(q.Statuses, cp.Status) {
+			continue
+		}
+		if len(out) < q.Limit {
+			out = append(out, cloneCheckpoint(cp))
+		}
+	}
+	return out, nil
+}
+
+func (s *memStore) ExpiredJobs(ctx context.Context) ([]string, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	now := time.Now()
+	var out []string
+	for job := range s.state.cps {
+		for _, cp := range s.state.cps[job] {
+			if cp.Status == coordinator.StatusPreparing && !now.Before(cp.Deadline) {
+				out = append(out, job)
+				break
+			}
+		}
+	}
+	return out, nil
+}
+
+func (s *memStore) Subscribe(job string, id int64) *coordinator.Subscription {
+	return s.broker.Subscribe(job, id)
+}
+
+func (s *memStore) Ready(ctx context.Context) error { return nil }
+
+func (s *memStore) Close() {}
+
+func (tx *memTx) Now() time.Time        { return tx.now }
+func (tx *memTx) Job() *coordinator.Job { return tx.state.job(tx.name) }
+
+func (tx *memTx) Preparing(ctx context.Context) ([]*coordinator.Checkpoint, error) {
+	var out []*coordinator.Checkpoint
+	for _, cp := range tx.state.sorted(tx.name) {
+		if cp.Status == coordinator.StatusPreparing {
+			out = append(out, cloneCheckpoint(cp))
+		}
+	}
+	return out, nil
+}
+
+func (tx *memTx) Checkpoint(ctx context.Context, id int64) (*coordinator.Checkpoint, error) {
+	cp := tx.state.cps[tx.name][id]
+	if cp == nil {
+		return nil, coordinator.ErrNotFound
+	}
+	return cloneCheckpoint(cp), nil
+}
+
+func (tx *memTx) Owing(ctx context.Context, participant string) ([]*coordinator.Checkpoint, error) {
+	var out []*coordinator.Checkpoint
+	for _, cp := range tx.state.sorted(tx.name) {
+		if cp.Status == coordinator.StatusCommitted {
+			continue
+		}
+		for _, p := range cp.Participants {
+			mayOwe := cp.Status != coordinator.StatusAborted || p.Vote == coordinator.VotePrepared
+			if (participant == "" || p.Name == participant) && p.AckedAt == nil && mayOwe {
+				out = append(out, cloneCheckpoint(cp))
+				break
+			}
+		}
+	}
+	return out, nil
+}
+
+func (tx *memTx) Idempotency(ctx context.Context, key string) (coordinator.IdempotencyRecord, bool, error) {
+	rec, ok := tx.state.idem[tx.name][key]
+	return rec, ok, nil
+}
+
+func (tx *memTx) InsertCheckpoint(ctx context.Context, cp *coordinator.Checkpoint, rec *coordinator.IdempotencyRecord) error {
+	if tx.readOnly {
+		return errReadOnly
+	}
+	if tx.state.cps[tx.name] == nil {
+		tx.state.cps[tx.name] = map[int64]*coordinator.Checkpoint{}
+	}
+	if tx.state.cps[tx.name][cp.ID] != nil {
+		return errors.New("duplicate checkpoint id")
+	}
+	tx.state.global++
+	cp.Seq = tx.state.global
+	tx.state.cps[tx.name][cp.ID] = cloneCheckpoint(cp)
+	tx.state.seqs[tx.name] = cp.ID
+	if rec != nil {
+		if tx.state.idem[tx.name] == nil {
+			tx.state.idem[tx.name] = map[string]coordinator.IdempotencyRecord{}
+		}
+		tx.state.idem[tx.name][rec.Key] = *rec
+	}
+	return nil
+}
+
+func (tx *memTx) stored(cp *coordinator.Checkpoint) (*coordinator.Checkpoint, error) {
+	if tx.readOnly {
+		return nil, errReadOnly
+	}
+	st := tx.state.cps[tx.name][cp.ID]
+	if st == nil {
+		return nil, coordinator.ErrNotFound
+	}
+	return st, nil
+}
+
+func (tx *memTx) SaveVote(ctx context.Context, cp *coordinator.Checkpoint, p *coordinator.ParticipantState) error {
+	st, err := tx.stored(cp)
+	if err != nil {
+		return err
+	}
+	sp := st.Participant(p.Name)
+	sp.Epoch, sp.Vote, sp.Reason, sp.Committables, sp.VotedAt = p.Epoch, p.Vote, p.Reason, slices.Clone(p.Committables), p.VotedAt
+	return nil
+}
+
+func (tx *memTx) SaveAck(ctx context.Context, cp *coordinator.Checkpoint, p *coordinator.ParticipantState) error {
+	st, err := tx.stored(cp)
+	if err != nil {
+		return err
+	}
+	st.Participant(p.Name).AckedAt = p.AckedAt
+	return nil
+}
+
+func (tx *memTx) SaveStatus(ctx context.Context, cp *coordinator.Checkpoint) error {
+	st, err := tx.stored(cp)
+	if err != nil {
+		return err
+	}
+	st.Status, st.DecidedAt, st.CompletedAt, st.AbortReason = cp.Status, cp.DecidedAt, cp.CompletedAt, cp.AbortReason
+	tx.decided = append(tx.decided, cp.Clone())
+	return nil
+}
+
+func (tx *memTx) SetEpoch(ctx context.Context, participant string, epoch int64) error {
+	if tx.readOnly {
+		return errReadOnly
+	}
+	if tx.state.epochs[tx.name] == nil {
+		tx.state.epochs[tx.name] = map[string]int64{}
+	}
+	tx.state.epochs[tx.name][participant] = epoch
+	return nil
+}
+
+func (tx *memTx) DeleteJob(ctx context.Context) error {
+	if tx.readOnly {
+		return errReadOnly
+	}
+	delete(tx.state.jobs, tx.name)
+	delete(tx.state.cps, tx.name)
+	delete(tx.state.idem, tx.name)
+	return nil
+}

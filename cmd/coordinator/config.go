@@ -2,9 +2,7 @@ package main
 
 import (
 	"errors"
-	"flag"
 	"fmt"
-	"io"
 	"log/slog"
 	"math"
 	"net"
@@ -12,6 +10,8 @@ import (
 	"sort"
 	"strings"
 	"time"
+
+	"github.com/twophase/coordinator/internal/cli"
 )
 
 // config is every setting of the coordinator. Only this package knows it: the other
@@ -43,71 +43,53 @@ const maxSweepInterval = time.Second
 // maxDBWriters bounds --db-writers: each writer holds a pooled connection while it commits.
 const maxDBWriters = 256
 
-// settings is a flag.FlagSet whose flags each have an environment twin.
-type settings struct {
-	fs    *flag.FlagSet
-	envs  map[string]string // flag name -> environment variable
-	order []string          // flag names, in the order help lists them
-}
-
-func newSettings(name string) *settings {
-	fs := flag.NewFlagSet(name, flag.ContinueOnError)
-	fs.SetOutput(io.Discard) // errors and usage are printed by run, once
-	return &settings{fs: fs, envs: map[string]string{}}
-}
-
-func (s *settings) twin(name, env string) {
-	s.envs[name] = env
-	s.order = append(s.order, name)
-}
-
 // define registers the flags of command ("serve" or "migrate") on s, bound to cfg, with
 // their defaults. The migrate command takes only what it needs.
-func define(command string, cfg *config) *settings {
-	s := newSettings(command)
-	fs := s.fs
+func define(command string, cfg *config) *cli.Settings {
+	s := cli.NewSettings(command)
+	fs := s.FS
 
 	if command == "serve" {
 		fs.StringVar(&cfg.listen, "listen", ":8080",
 			"`address` to serve HTTP on; port 0 picks a free port (the \"listening\" log line shows it)")
-		s.twin("listen", "COORDINATOR_LISTEN")
+		s.Twin("listen", "COORDINATOR_LISTEN")
 	}
 	fs.StringVar(&cfg.databaseURL, "database-url", "",
 		"PostgreSQL `URL` (postgres://user:password@host:5432/db?sslmode=disable). Without one, the embedded store in --data-dir is used")
-	s.twin("database-url", "COORDINATOR_DATABASE_URL")
+	s.Twin("database-url", "COORDINATOR_DATABASE_URL")
 	fs.StringVar(&cfg.dataDir, "data-dir", "./coordinator-data",
 		"`directory` of the embedded store, used when no --database-url is given. Only one coordinator process may use a data directory")
-	s.twin("data-dir", "COORDINATOR_DATA_DIR")
+	s.Twin("data-dir", "COORDINATOR_DATA_DIR")
 	if command == "serve" {
 		fs.BoolVar(&cfg.migrate, "migrate", true,
 			"apply pending schema migrations at start-up (false: refuse to start on an old schema; run 'coordinator migrate up')")
-		s.twin("migrate", "COORDINATOR_MIGRATE")
+		s.Twin("migrate", "COORDINATOR_MIGRATE")
 		fs.IntVar(&cfg.dbMaxConns, "db-max-conns", 0,
 			"maximum `number` of PostgreSQL connections in the pool (0: the store's default)")
-		s.twin("db-max-conns", "COORDINATOR_DB_MAX_CONNS")
+		s.Twin("db-max-conns", "COORDINATOR_DB_MAX_CONNS")
 		fs.IntVar(&cfg.dbWriters, "db-writers", 0,
 			"how many group commits (`number`) may be in flight at once, each on a pooled connection (0: the store's default, 2)")
-		s.twin("db-writers", "COORDINATOR_DB_WRITERS")
+		s.Twin("db-writers", "COORDINATOR_DB_WRITERS")
 		fs.Int64Var(&cfg.maxBodyBytes, "max-body-bytes", 1<<20,
 			"largest request body in `bytes`; larger ones get 413 payload_too_large")
-		s.twin("max-body-bytes", "COORDINATOR_MAX_BODY_BYTES")
+		s.Twin("max-body-bytes", "COORDINATOR_MAX_BODY_BYTES")
 		fs.DurationVar(&cfg.requestTimeout, "request-timeout", 30*time.Second,
 			"longest a request's work may take (`duration`), a long-poll's wait_ms coming on top; past it the answer is 503 unavailable")
-		s.twin("request-timeout", "COORDINATOR_REQUEST_TIMEOUT")
+		s.Twin("request-timeout", "COORDINATOR_REQUEST_TIMEOUT")
 		fs.DurationVar(&cfg.shutdownTimeout, "shutdown-timeout", 15*time.Second,
 			"on SIGTERM or SIGINT, how long (`duration`) in-flight requests may still take before their connections are closed")
-		s.twin("shutdown-timeout", "COORDINATOR_SHUTDOWN_TIMEOUT")
+		s.Twin("shutdown-timeout", "COORDINATOR_SHUTDOWN_TIMEOUT")
 		fs.DurationVar(&cfg.sweepInterval, "sweep-interval", 200*time.Millisecond,
 			"how often (`duration`) checkpoints past their deadline are looked for and aborted; at most 1s")
-		s.twin("sweep-interval", "COORDINATOR_SWEEP_INTERVAL")
+		s.Twin("sweep-interval", "COORDINATOR_SWEEP_INTERVAL")
 		fs.StringVar(&cfg.debugListen, "debug-listen", "",
 			"`address` to serve Go's profiles on (/debug/pprof/), apart from the API; empty: none. Keep it on loopback: profiles show the process's internals")
-		s.twin("debug-listen", "COORDINATOR_DEBUG_LISTEN")
+		s.Twin("debug-listen", "COORDINATOR_DEBUG_LISTEN")
 	}
 	fs.StringVar(&cfg.logFormat, "log-format", "text", "log `format`: text or json")
-	s.twin("log-format", "COORDINATOR_LOG_FORMAT")
+	s.Twin("log-format", "COORDINATOR_LOG_FORMAT")
 	fs.TextVar(&cfg.logLevel, "log-level", slog.LevelInfo, "least `level` logged: debug, info, warn or error")
-	s.twin("log-level", "COORDINATOR_LOG_LEVEL")
+	s.Twin("log-level", "COORDINATOR_LOG_LEVEL")
 	return s
 }
 
@@ -116,7 +98,7 @@ func knownEnv() map[string]bool {
 	known := map[string]bool{}
 	var cfg config
 	for _, command := range []string{"serve", "migrate"} {
-		for _, env := range define(command, &cfg).envs {
+		for _, env := range define(command, &cfg).Envs {
 			known[env] = true
 		}
 	}
@@ -136,46 +118,6 @@ func unknownEnv(environ []string) []string {
 	}
 	sort.Strings(unknown)
 	return unknown
-}
-
-// parse sets the flags from args, then every flag not given in args from its environment
-// twin in environ, so that a flag wins over its twin. It returns the arguments left after
-// the flags. flag.ErrHelp means help was asked for.
-func (s *settings) parse(args []string, environ []string) ([]string, error) {
-	if err := s.fs.Parse(args); err != nil {
-		return nil, err
-	}
-	rest := s.fs.Args()
-	// Flags may also follow the first positional argument ("migrate up --database-url ...").
-	if len(rest) > 1 {
-		if err := s.fs.Parse(rest[1:]); err != nil {
-			return nil, err
-		}
-		rest = append([]string{rest[0]}, s.fs.Args()...)
-	}
-	given := map[string]bool{}
-	s.fs.Visit(func(f *flag.Flag) { given[f.Name] = true })
-	env := map[string]string{}
-	for _, kv := range environ {
-		if name, value, ok := strings.Cut(kv, "="); ok {
-			env[name] = value
-		}
-	}
-	names := make([]string, 0, len(s.envs))
-	for name := range s.envs {
-		names = append(names, name)
-	}
-	sort.Strings(names)
-	for _, name := range names {
-		value, ok := env[s.envs[name]]
-		if given[name] || !ok {
-			continue
-		}
-		if err := s.fs.Set(name, value); err != nil {
-			return nil, fmt.Errorf("invalid value %q for %s (twin of --%s): %v", value, s.envs[name], name, err)
-		}
-	}
-	return rest, nil
 }
 
 // validate checks the values that the flag types alone do not.
@@ -226,47 +168,4 @@ func (cfg *config) validate(command string) error {
 			maxSweepInterval, cfg.sweepInterval)
 	}
 	return errors.Join(errs...)
-}
-
-// redactURL hides the password of a database URL, in its user part and in a password
-// query parameter, so that the URL can be logged.
-func redactURL(raw string) string {
-	u, err := url.Parse(raw)
-	if err != nil {
-		return "(unparsable URL)"
-	}
-	q := u.Query()
-	if q.Has("password") {
-		q.Set("password", "xxxxx")
-		u.RawQuery = q.Encode()
-	}
-	return u.Redacted()
-}
-
-// urlPassword returns the password a database URL carries, if any, so that it can be
-// scrubbed from error messages of libraries that repeat the URL.
-func urlPassword(raw string) string {
-	u, err := url.Parse(raw)
-	if err != nil {
-		return ""
-	}
-	if p, ok := u.User.Password(); ok {
-		return p
-	}
-	return u.Query().Get("password")
-}
-
-// scrub replaces every occurrence of secret in s.
-func scrub(s, secret string) string {
-	if secret == "" {
-		return s
-	}
-	s = strings.ReplaceAll(s, secret, "xxxxx")
-	if esc := url.QueryEscape(secret); esc != secret {
-		s = strings.ReplaceAll(s, esc, "xxxxx")
-	}
-	if esc := url.PathEscape(secret); esc != secret {
-		s = strings.ReplaceAll(s, esc, "xxxxx")
-	}
-	return s
 }

@@ -13,7 +13,7 @@ func parseServe(t *testing.T, args, environ []string) (config, error) {
 	t.Helper()
 	var cfg config
 	s := define("serve", &cfg)
-	rest, err := s.parse(args, environ)
+	rest, err := s.Parse(args, environ)
 	if err == nil && len(rest) > 0 {
 		t.Fatalf("unexpected arguments left: %q", rest)
 	}
@@ -84,14 +84,14 @@ func TestMigrateTakesFlagsAfterItsAction(t *testing.T) {
 	t.Parallel()
 	var cfg config
 	s := define("migrate", &cfg)
-	rest, err := s.parse([]string{"up", "--database-url", "postgres://u@h:5432/d"}, nil)
+	rest, err := s.Parse([]string{"up", "--database-url", "postgres://u@h:5432/d"}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if len(rest) != 1 || rest[0] != "up" || cfg.databaseURL != "postgres://u@h:5432/d" {
 		t.Errorf("rest %q, database URL %q", rest, cfg.databaseURL)
 	}
-	if s.fs.Lookup("listen") != nil {
+	if s.FS.Lookup("listen") != nil {
 		t.Errorf("migrate has a --listen flag, which it does not use")
 	}
 }
@@ -133,43 +133,6 @@ func TestInvalidSettings(t *testing.T) {
 	}
 }
 
-func TestRedactURL(t *testing.T) {
-	t.Parallel()
-	tests := []struct{ in, want string }{
-		{"postgres://postgres@127.0.0.1:5432/postgres?sslmode=disable", "postgres://postgres@127.0.0.1:5432/postgres?sslmode=disable"},
-		{"postgres://app:s3cret@db:5432/coord", "postgres://app:xxxxx@db:5432/coord"},
-		{"postgres://app:p%40ss%2Fw@db/coord", "postgres://app:xxxxx@db/coord"},
-		{"postgresql://db/coord?user=app&password=s3cret", "postgresql://db/coord?password=xxxxx&user=app"},
-	}
-	for _, tt := range tests {
-		if got := redactURL(tt.in); got != tt.want {
-			t.Errorf("redactURL(%q) = %q, want %q", tt.in, got, tt.want)
-		}
-		if strings.Contains(redactURL(tt.in), "s3cret") || strings.Contains(redactURL(tt.in), "p%40ss") {
-			t.Errorf("redactURL(%q) leaks the password", tt.in)
-		}
-	}
-}
-
-func TestScrubRemovesPasswordsFromErrors(t *testing.T) {
-	t.Parallel()
-	raw := "postgres://app:p%40ss%2Fw@db:5432/coord"
-	if got := urlPassword(raw); got != "p@ss/w" {
-		t.Fatalf("urlPassword = %q, want p@ss/w", got)
-	}
-	if got := urlPassword("postgres://db/x?password=a"); got != "a" {
-		t.Errorf("urlPassword of a query password = %q, want a", got)
-	}
-	msg := `failed to connect to "` + raw + `": password p@ss/w rejected`
-	got := scrub(msg, urlPassword(raw))
-	if strings.Contains(got, "p@ss") || strings.Contains(got, "p%40ss") {
-		t.Errorf("scrub left the password in %q", got)
-	}
-	if scrub("no secret here", "") != "no secret here" {
-		t.Errorf("scrub with no secret changed the message")
-	}
-}
-
 func TestUnknownEnvironmentVariables(t *testing.T) {
 	t.Parallel()
 	got := unknownEnv([]string{
@@ -193,7 +156,7 @@ func TestHelpListsEveryFlagWithItsTwin(t *testing.T) {
 	help := stdout.String()
 	var cfg config
 	s := define("serve", &cfg)
-	for name, env := range s.envs {
+	for name, env := range s.Envs {
 		if !strings.Contains(help, "--"+name) || !strings.Contains(help, env) {
 			t.Errorf("help misses --%s or %s", name, env)
 		}
@@ -201,6 +164,24 @@ func TestHelpListsEveryFlagWithItsTwin(t *testing.T) {
 	for _, want := range []string{"default :8080", "default 1048576", "default 30s", "default 200ms", "rule 8", "migrate up|down|version"} {
 		if !strings.Contains(help, want) {
 			t.Errorf("help misses %q", want)
+		}
+	}
+}
+
+// TestToolCommandsAnswer checks that bench and seed (internal/loadtest) are wired to
+// their names, with their own help on stdout.
+func TestToolCommandsAnswer(t *testing.T) {
+	t.Parallel()
+	for command, want := range map[string]string{
+		"bench": "env COORDINATOR_DATABASE_URL (default none)", // --pgbench-url
+		"seed":  "--checkpoints number",
+	} {
+		var stdout, stderr bytes.Buffer
+		if code := run(context.Background(), []string{command, "--help"}, nil, &stdout, &stderr); code != exitOK {
+			t.Fatalf("%s --help exited %d: %s", command, code, stderr.String())
+		}
+		if help := stdout.String(); !strings.HasPrefix(help, "coordinator "+command+": ") || !strings.Contains(help, want) {
+			t.Errorf("%s --help misses %q:\n%s", command, want, help)
 		}
 	}
 }
@@ -220,6 +201,9 @@ func TestExitStatuses(t *testing.T) {
 		{"migrate without action", []string{"migrate"}, nil, exitUsage, "up, down or version"},
 		{"migrate unknown action", []string{"migrate", "sideways"}, nil, exitUsage, "sideways"},
 		{"empty data directory", []string{"--data-dir", ""}, nil, exitUsage, "--data-dir"},
+		{"bench stray argument", []string{"bench", "srve"}, nil, exitUsage, "coordinator bench: unexpected argument \"srve\""},
+		{"seed without database", []string{"seed", "--checkpoints", "1"}, nil, exitUsage, "coordinator seed: --database-url"},
+		{"seed invalid environment", []string{"seed"}, []string{"COORDINATOR_DATABASE_URL=mysql://x"}, exitUsage, "--database-url must be a postgres:// URL"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

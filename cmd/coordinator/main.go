@@ -7,6 +7,10 @@
 //	coordinator seed --database-url URL --checkpoints N [flags]
 //
 // Run "coordinator --help" for every flag and its environment twin.
+//
+// This package is the service: its flags, wiring, signals and shutdown, and migrate. The
+// bench and seed commands are tools, in internal/loadtest; what every command shares (flags
+// with environment twins, exit statuses, keeping passwords out of messages) is internal/cli.
 package main
 
 import (
@@ -20,6 +24,9 @@ import (
 	"os/signal"
 	"runtime/debug"
 	"syscall"
+
+	"github.com/twophase/coordinator/internal/cli"
+	"github.com/twophase/coordinator/internal/loadtest"
 )
 
 // defaultGCPercent is the garbage collector's target unless GOGC is set. The process's live
@@ -43,11 +50,11 @@ func main() {
 	os.Exit(code)
 }
 
-// Exit statuses.
+// Exit statuses, the same for every command.
 const (
-	exitOK      = 0
-	exitFailure = 1 // a runtime failure: database unreachable, port taken, ...
-	exitUsage   = 2 // invalid flags or settings
+	exitOK      = cli.ExitOK
+	exitFailure = cli.ExitFailure // a runtime failure: database unreachable, port taken, ...
+	exitUsage   = cli.ExitUsage   // invalid flags or settings
 )
 
 // usageErr marks an error in the command line or the settings: it exits with exitUsage.
@@ -67,8 +74,10 @@ func run(ctx context.Context, args, environ []string, stdout, stderr io.Writer) 
 	command := "serve"
 	if len(args) > 0 {
 		switch args[0] {
-		case "bench", "seed":
-			return toolCommand(ctx, args[0], args[1:], environ, stdout, stderr)
+		case "bench":
+			return loadtest.Bench(ctx, args[1:], environ, stdout, stderr)
+		case "seed":
+			return loadtest.Seed(ctx, args[1:], environ, stdout, stderr)
 		case "serve", "migrate":
 			command, args = args[0], args[1:]
 		case "help":
@@ -79,7 +88,7 @@ func run(ctx context.Context, args, environ []string, stdout, stderr io.Writer) 
 
 	var cfg config
 	s := define(command, &cfg)
-	rest, err := s.parse(args, environ)
+	rest, err := s.Parse(args, environ)
 	if errors.Is(err, flag.ErrHelp) {
 		usage(stdout, command)
 		return exitOK
@@ -109,7 +118,7 @@ func run(ctx context.Context, args, environ []string, stdout, stderr io.Writer) 
 	if err == nil {
 		return exitOK
 	}
-	msg := scrub(err.Error(), urlPassword(cfg.databaseURL))
+	msg := cli.Scrub(err.Error(), cli.URLPassword(cfg.databaseURL))
 	if errors.As(err, new(usageErr)) {
 		fmt.Fprintf(stderr, "coordinator %s: %s\nRun 'coordinator --help' for usage.\n", command, msg)
 		return exitUsage

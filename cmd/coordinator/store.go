@@ -8,6 +8,7 @@ import (
 	"log/slog"
 
 	"github.com/twophase/coordinator/coordinator"
+	"github.com/twophase/coordinator/internal/cli"
 	"github.com/twophase/coordinator/store/postgres"
 	"github.com/twophase/coordinator/store/sqlite"
 )
@@ -40,7 +41,7 @@ func openEmbedded(ctx context.Context, cfg config, logger *slog.Logger) (coordin
 }
 
 func openPostgres(ctx context.Context, cfg config, logger *slog.Logger) (coordinator.Store, []any, error) {
-	describe := []any{"store", "postgres", "database", redactURL(cfg.databaseURL)}
+	describe := []any{"store", "postgres", "database", cli.RedactURL(cfg.databaseURL)}
 	if cfg.migrate {
 		if err := postgres.MigrateUp(cfg.databaseURL); err != nil {
 			return nil, nil, fmt.Errorf("apply migrations: %w", err)

@@ -46,8 +46,8 @@ func usage(w io.Writer, command string) {
 	} else {
 		fmt.Fprint(w, "\nFlags of serve:\n")
 	}
-	for _, name := range s.order {
-		f := s.fs.Lookup(name)
+	for _, name := range s.Order {
+		f := s.FS.Lookup(name)
 		placeholder, text := flag.UnquoteUsage(f)
 		head := "--" + f.Name
 		if placeholder != "" {
@@ -62,7 +62,7 @@ func usage(w io.Writer, command string) {
 		case def == "":
 			def = `""`
 		}
-		fmt.Fprintf(w, "  %-28s env %s (default %s)\n", head, s.envs[f.Name], def)
+		fmt.Fprintf(w, "  %-28s env %s (default %s)\n", head, s.Envs[f.Name], def)
 		fmt.Fprintf(w, "        %s\n", text)
 	}
 	fmt.Fprint(w, usageStores)

@@ -1,8 +1,14 @@
-package main
-
-// "coordinator bench": a load tool that drives a running coordinator over HTTP the way real
-// participants do, checks every answer, and prints what it measured. It shares nothing with
-// the serve code but the settings helpers of config.go.
+// Package loadtest holds the commands of the coordinator binary that are tools, not the
+// service: "coordinator bench" (Bench), a load tool that drives a running coordinator over
+// HTTP the way real participants do, checks every answer and prints what it measured, and
+// "coordinator seed" (Seed), which fills a PostgreSQL database with committed checkpoints
+// for scale tests. It shares nothing with the serve code but internal/cli (flags with
+// environment twins, exit statuses, password scrubbing) and, for seed, the PostgreSQL
+// store's schema version.
+//
+// Their flags are their own; only --database-url / --pgbench-url read an environment twin
+// (COORDINATOR_DATABASE_URL), so that serve never reports their settings as unknown.
+package loadtest
 
 import (
 	"context"
@@ -19,6 +25,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/twophase/coordinator/internal/cli"
 )
 
 // benchConfig is every setting of "coordinator bench".
@@ -57,23 +65,11 @@ const (
 	maxCommittablesBytes = 16 << 20
 )
 
-// toolCommand runs the tool commands that are not the service itself: "bench" and "seed".
-// Their flags are their own; only --database-url / --pgbench-url read an environment twin
-// (COORDINATOR_DATABASE_URL), so that serve never reports their settings as unknown.
-func toolCommand(ctx context.Context, command string, args, environ []string, stdout, stderr io.Writer) int {
-	switch command {
-	case "seed":
-		return seedCommand(ctx, args, environ, stdout, stderr)
-	default:
-		return benchCommand(ctx, args, environ, stdout, stderr)
-	}
-}
-
 // defineBench registers the flags of "coordinator bench" on a settings bound to cfg.
-func defineBench(cfg *benchConfig) *settings {
-	s := newSettings("bench")
-	fs := s.fs
-	flagOnly := func(name string) { s.order = append(s.order, name) }
+func defineBench(cfg *benchConfig) *cli.Settings {
+	s := cli.NewSettings("bench")
+	fs := s.FS
+	flagOnly := s.FlagOnly
 
 	fs.StringVar(&cfg.url, "url", "http://127.0.0.1:8080", "base `URL` of the running coordinator to drive")
 	flagOnly("url")
@@ -105,7 +101,7 @@ func defineBench(cfg *benchConfig) *settings {
 	fs.BoolVar(&cfg.floor, "floor", false, "after the run, measure the floor: pgbench simple-update (-N, as many clients as --jobs, as long as the run) and the fdatasync rate")
 	flagOnly("floor")
 	fs.StringVar(&cfg.pgbenchURL, "pgbench-url", "", "PostgreSQL `URL` of the server the coordinator uses, for --floor: a scratch database is created there and dropped after")
-	s.twin("pgbench-url", "COORDINATOR_DATABASE_URL")
+	s.Twin("pgbench-url", "COORDINATOR_DATABASE_URL")
 	fs.StringVar(&cfg.pgbenchPath, "pgbench", "", "`path` of pgbench (default: on PATH, else /usr/lib/postgresql/*/bin/pgbench)")
 	flagOnly("pgbench")
 	fs.IntVar(&cfg.pgbenchScale, "pgbench-scale", 1, "pgbench -i scale `factor` of the scratch database")
@@ -239,9 +235,9 @@ Exit status: 0 when every round was decided as expected and no request failed (o
 `
 
 // printFlags lists the flags of s in their order, with their environment twin if any.
-func printFlags(w io.Writer, s *settings, defaults map[string]string) {
-	for _, name := range s.order {
-		f := s.fs.Lookup(name)
+func printFlags(w io.Writer, s *cli.Settings, defaults map[string]string) {
+	for _, name := range s.Order {
+		f := s.FS.Lookup(name)
 		placeholder, text := flag.UnquoteUsage(f)
 		head := "--" + f.Name
 		if placeholder != "" {
@@ -254,7 +250,7 @@ func printFlags(w io.Writer, s *settings, defaults map[string]string) {
 				def = `""`
 			}
 		}
-		if env := s.envs[name]; env != "" {
+		if env := s.Envs[name]; env != "" {
 			fmt.Fprintf(w, "  %-28s env %s (default %s)\n", head, env, def)
 		} else {
 			fmt.Fprintf(w, "  %-28s (default %s)\n", head, def)
@@ -263,33 +259,36 @@ func printFlags(w io.Writer, s *settings, defaults map[string]string) {
 	}
 }
 
-// benchCommand is "coordinator bench": it returns the exit status.
-func benchCommand(ctx context.Context, args, environ []string, stdout, stderr io.Writer) int {
+// Bench is "coordinator bench": it parses args (the arguments after "bench") and environ,
+// drives the coordinator until the run is done or ctx ends, and returns the exit status
+// (cli.ExitOK, cli.ExitFailure, cli.ExitUsage). Help and the report go to stdout (the text
+// report to stderr with --json); progress and errors go to stderr.
+func Bench(ctx context.Context, args, environ []string, stdout, stderr io.Writer) int {
 	var cfg benchConfig
 	s := defineBench(&cfg)
-	rest, err := s.parse(args, environ)
+	rest, err := s.Parse(args, environ)
 	if errors.Is(err, flag.ErrHelp) {
 		fmt.Fprint(stdout, benchUsageHeader)
 		printFlags(stdout, s, map[string]string{"job-prefix": "bench-<random>", "pgbench-url": "none"})
 		fmt.Fprint(stdout, benchUsageFooter)
-		return exitOK
+		return cli.ExitOK
 	}
 	if err == nil && len(rest) > 0 {
 		err = fmt.Errorf("unexpected argument %q", rest[0])
 	}
 	if err == nil {
-		err = cfg.validate(s.fs)
+		err = cfg.validate(s.FS)
 	}
 	if err != nil {
 		fmt.Fprintf(stderr, "coordinator bench: %v\nRun 'coordinator bench --help' for usage.\n", err)
-		return exitUsage
+		return cli.ExitUsage
 	}
 
 	rep, err := runBench(ctx, cfg, stderr)
 	if err != nil {
-		fmt.Fprintf(stderr, "coordinator bench: %s\n", scrub(err.Error(), urlPassword(cfg.pgbenchURL)))
+		fmt.Fprintf(stderr, "coordinator bench: %s\n", cli.Scrub(err.Error(), cli.URLPassword(cfg.pgbenchURL)))
 		if rep == nil {
-			return exitFailure
+			return cli.ExitFailure
 		}
 	}
 	text := stdout
@@ -302,13 +301,13 @@ func benchCommand(ctx context.Context, args, environ []string, stdout, stderr io
 		enc.SetIndent("", "  ")
 		if err := enc.Encode(rep); err != nil {
 			fmt.Fprintf(stderr, "coordinator bench: write JSON: %v\n", err)
-			return exitFailure
+			return cli.ExitFailure
 		}
 	}
 	if !rep.OK || err != nil {
-		return exitFailure
+		return cli.ExitFailure
 	}
-	return exitOK
+	return cli.ExitOK
 }
 
 // runBench sets the jobs up, runs the warm-up and the measured rounds, and the floor when

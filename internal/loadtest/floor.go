@@ -1,4 +1,4 @@
-package main
+package loadtest
 
 import (
 	"bytes"
@@ -18,6 +18,8 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+
+	"github.com/twophase/coordinator/internal/cli"
 )
 
 // floorReport is what the database beneath the coordinator can physically do: pgbench
@@ -52,7 +54,7 @@ func measureFloor(ctx context.Context, cfg benchConfig, clients, seconds int, pr
 	defer cancel()
 	admin, err := pgx.Connect(adminCtx, cfg.pgbenchURL)
 	if err != nil {
-		return nil, fmt.Errorf("connect to %s: %w", redactURL(cfg.pgbenchURL), err)
+		return nil, fmt.Errorf("connect to %s: %w", cli.RedactURL(cfg.pgbenchURL), err)
 	}
 	defer admin.Close(context.WithoutCancel(ctx))
 	var dataDir string
@@ -147,7 +149,7 @@ func scratchURL(raw, name string) (string, string, error) {
 	if err != nil {
 		return "", "", fmt.Errorf("parse the PostgreSQL URL: %w", err)
 	}
-	password := urlPassword(raw)
+	password := cli.URLPassword(raw)
 	if u.User != nil {
 		u.User = url.User(u.User.Username())
 	}

@@ -1,10 +1,12 @@
-package main
+package loadtest
 
 import (
 	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
+	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"strconv"
@@ -13,7 +15,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/twophase/coordinator/api"
+	"github.com/twophase/coordinator/coordinator"
+	"github.com/twophase/coordinator/internal/cli"
 	"github.com/twophase/coordinator/store/pgtest"
+	"github.com/twophase/coordinator/store/postgres"
 )
 
 // benchJSON runs "coordinator bench" with args plus --json and returns its exit status and
@@ -21,7 +27,7 @@ import (
 func benchJSON(t *testing.T, args ...string) (int, benchReport, string) {
 	t.Helper()
 	var stdout, stderr bytes.Buffer
-	code := run(context.Background(), append([]string{"bench", "--json"}, args...), nil, &stdout, &stderr)
+	code := Bench(context.Background(), append([]string{"--json"}, args...), nil, &stdout, &stderr)
 	var rep benchReport
 	if err := json.Unmarshal(stdout.Bytes(), &rep); err != nil {
 		t.Fatalf("bench exited %d; its stdout is not one JSON report: %v\nstdout:\n%s\nstderr:\n%s", code, err, stdout.String(), stderr.String())
@@ -29,27 +35,74 @@ func benchJSON(t *testing.T, args ...string) (int, benchReport, string) {
 	return code, rep, stderr.String()
 }
 
+// logBuffer collects a coordinator's log lines; its handlers write from many goroutines.
+type logBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *logBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *logBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
+}
+
+// startCoordinator serves the coordinator's API on the PostgreSQL database at databaseURL
+// (already migrated), on a free port of 127.0.0.1, until the test ends. It returns the base
+// URL and the log.
+func startCoordinator(t *testing.T, databaseURL string) (string, *logBuffer) {
+	t.Helper()
+	logs := &logBuffer{}
+	logger := slog.New(slog.NewTextHandler(logs, nil))
+	store, err := postgres.Open(context.Background(), databaseURL, postgres.Options{Logger: logger})
+	if err != nil {
+		t.Fatal(err)
+	}
+	svc := coordinator.NewService(store, logger)
+	srv := httptest.NewServer(api.NewHandler(svc, api.Options{Logger: logger, RequestTimeout: 30 * time.Second}))
+	t.Cleanup(func() {
+		srv.Close()
+		store.Close()
+	})
+	return srv.URL, logs
+}
+
+// get GETs url, wants status and decodes the answer into into.
+func get(t *testing.T, url string, status int, into any) {
+	t.Helper()
+	resp, err := http.Get(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	body, _ := io.ReadAll(resp.Body)
+	if resp.StatusCode != status {
+		t.Fatalf("GET %s: %d %s, want %d", url, resp.StatusCode, body, status)
+	}
+	if err := json.Unmarshal(body, into); err != nil {
+		t.Fatalf("GET %s: %v in %s", url, err, body)
+	}
+}
+
 // TestBenchAgainstCoordinator seeds history into two jobs, then drives them through a real
-// coordinator for a second: the rounds continue the seeded ids and pass every check.
+// coordinator on PostgreSQL for a second: the rounds continue the seeded ids and pass every
+// check.
 func TestBenchAgainstCoordinator(t *testing.T) {
 	t.Parallel()
 	databaseURL := pgtest.URL(t)
 	var out, errOut bytes.Buffer
-	seedArgs := []string{"seed", "--database-url", databaseURL, "--checkpoints", "301", "--jobs", "2", "--job-prefix", "hist", "--batch", "100", "--analyze=false"}
-	if code := run(context.Background(), seedArgs, nil, &out, &errOut); code != exitOK {
+	seedArgs := []string{"--database-url", databaseURL, "--checkpoints", "301", "--jobs", "2", "--job-prefix", "hist", "--batch", "100", "--analyze=false"}
+	if code := Seed(context.Background(), seedArgs, nil, &out, &errOut); code != cli.ExitOK {
 		t.Fatalf("seed exited %d:\n%s%s", code, out.String(), errOut.String())
 	}
 
-	ctx, stop := context.WithCancel(context.Background())
-	base, logs, exit := started(t, ctx, "postgres", "--database-url="+databaseURL)
-	defer func() {
-		stop()
-		select {
-		case <-exit:
-		case <-time.After(30 * time.Second):
-			t.Error("coordinator did not exit within 30s")
-		}
-	}()
+	base, logs := startCoordinator(t, databaseURL)
 
 	// The seeded history, as the API shows it.
 	var job struct {
@@ -75,8 +128,8 @@ func TestBenchAgainstCoordinator(t *testing.T) {
 	}
 
 	code, rep, progress := benchJSON(t, "--url", base, "--jobs", "2", "--duration", "1s", "--warmup", "200ms", "--job-prefix", "hist")
-	if code != exitOK || !rep.OK {
-		t.Fatalf("bench exited %d, verdict %q; progress:\n%s\ncoordinator log:\n%s", code, rep.Verdict, progress, logs.buf.String())
+	if code != cli.ExitOK || !rep.OK {
+		t.Fatalf("bench exited %d, verdict %q; progress:\n%s\ncoordinator log:\n%s", code, rep.Verdict, progress, logs.String())
 	}
 	if rep.Rounds == 0 || rep.FailedRounds != 0 || len(rep.Errors) != 0 || len(rep.CheckFailures) != 0 {
 		t.Errorf("report: %d rounds, %d failed, errors %v, check failures %v", rep.Rounds, rep.FailedRounds, rep.Errors, rep.CheckFailures)
@@ -193,13 +246,13 @@ func TestBenchFailsOnWrongAnswers(t *testing.T) {
 			code, rep, progress := benchJSON(t, "--url", srv.URL, "--jobs", "2", "--participants", "2", "--duration", "500ms",
 				"--warmup", "0s", "--round-timeout", "300ms", "--wait", "100ms", "--allow-errors", "--job-prefix", "fake")
 			if tc.bug == "" {
-				if code != exitOK || !rep.OK || rep.Rounds == 0 {
+				if code != cli.ExitOK || !rep.OK || rep.Rounds == 0 {
 					t.Fatalf("against a correct fake: exit %d, %d rounds, verdict %q, checks %v; progress:\n%s", code, rep.Rounds, rep.Verdict, rep.CheckExamples, progress)
 				}
 				return
 			}
-			if code != exitFailure || rep.OK {
-				t.Errorf("a coordinator that %s: exit %d, ok %v, want exit %d and not ok", tc.bug, code, rep.OK, exitFailure)
+			if code != cli.ExitFailure || rep.OK {
+				t.Errorf("a coordinator that %s: exit %d, ok %v, want exit %d and not ok", tc.bug, code, rep.OK, cli.ExitFailure)
 			}
 			if rep.CheckFailures[tc.check] == 0 {
 				t.Errorf("a coordinator that %s: check failures %v, want %s", tc.bug, rep.CheckFailures, tc.check)

@@ -1,4 +1,4 @@
-package main
+package loadtest
 
 // "coordinator seed": fills a PostgreSQL database with completed checkpoints, for scale
 // tests ("is a round as fast with a million checkpoints behind it?"). It writes to the
@@ -17,6 +17,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/twophase/coordinator/internal/cli"
 	"github.com/twophase/coordinator/store/postgres"
 )
 
@@ -32,12 +33,12 @@ type seedConfig struct {
 	analyze           bool
 }
 
-func defineSeed(cfg *seedConfig) *settings {
-	s := newSettings("seed")
-	fs := s.fs
-	flagOnly := func(name string) { s.order = append(s.order, name) }
+func defineSeed(cfg *seedConfig) *cli.Settings {
+	s := cli.NewSettings("seed")
+	fs := s.FS
+	flagOnly := s.FlagOnly
 	fs.StringVar(&cfg.databaseURL, "database-url", "", "PostgreSQL `URL` of the coordinator's database (migrated to this build's schema)")
-	s.twin("database-url", "COORDINATOR_DATABASE_URL")
+	s.Twin("database-url", "COORDINATOR_DATABASE_URL")
 	fs.Int64Var(&cfg.checkpoints, "checkpoints", 0, "`number` of committed checkpoints to add, spread evenly over the jobs")
 	flagOnly("checkpoints")
 	fs.IntVar(&cfg.jobs, "jobs", 1, "`number` of jobs the checkpoints go to: prefix-0, prefix-1, ...")
@@ -97,15 +98,17 @@ Meant for scale tests on a test database, never on production data.
 Flags of seed:
 `
 
-// seedCommand is "coordinator seed": it returns the exit status.
-func seedCommand(ctx context.Context, args, environ []string, stdout, stderr io.Writer) int {
+// Seed is "coordinator seed": it parses args (the arguments after "seed") and environ,
+// adds the checkpoints and returns the exit status (cli.ExitOK, cli.ExitFailure,
+// cli.ExitUsage). Help and progress go to stdout; errors go to stderr.
+func Seed(ctx context.Context, args, environ []string, stdout, stderr io.Writer) int {
 	var cfg seedConfig
 	s := defineSeed(&cfg)
-	rest, err := s.parse(args, environ)
+	rest, err := s.Parse(args, environ)
 	if errors.Is(err, flag.ErrHelp) {
 		fmt.Fprint(stdout, seedUsageHeader)
 		printFlags(stdout, s, map[string]string{"database-url": "none"})
-		return exitOK
+		return cli.ExitOK
 	}
 	if err == nil && len(rest) > 0 {
 		err = fmt.Errorf("unexpected argument %q", rest[0])
@@ -115,13 +118,13 @@ func seedCommand(ctx context.Context, args, environ []string, stdout, stderr io.
 	}
 	if err != nil {
 		fmt.Fprintf(stderr, "coordinator seed: %v\nRun 'coordinator seed --help' for usage.\n", err)
-		return exitUsage
+		return cli.ExitUsage
 	}
 	if err := seed(ctx, cfg, stdout); err != nil {
-		fmt.Fprintf(stderr, "coordinator seed: %s\n", scrub(err.Error(), urlPassword(cfg.databaseURL)))
-		return exitFailure
+		fmt.Fprintf(stderr, "coordinator seed: %s\n", cli.Scrub(err.Error(), cli.URLPassword(cfg.databaseURL)))
+		return cli.ExitFailure
 	}
-	return exitOK
+	return cli.ExitOK
 }
 
 // seed adds cfg.checkpoints committed checkpoints, spread over cfg.jobs jobs.
@@ -135,7 +138,7 @@ func seed(ctx context.Context, cfg seedConfig, w io.Writer) error {
 	}
 	conn, err := pgx.Connect(ctx, cfg.databaseURL)
 	if err != nil {
-		return fmt.Errorf("connect to %s: %w", redactURL(cfg.databaseURL), err)
+		return fmt.Errorf("connect to %s: %w", cli.RedactURL(cfg.databaseURL), err)
 	}
 	defer conn.Close(context.WithoutCancel(ctx))
 

@@ -41,34 +41,13 @@ type committer struct {
 // joinRequest asks the dispatcher, for a batch about to commit, for the updates that came
 // meanwhile for its jobs (whose locks it holds), up to max. If none came, but the batch
 // awaits some (await: jobs whose checkpoint still misses votes or acks), the dispatcher
-// may hold the answer until one comes, or until until.
+// may hold the answer until one comes, or until until (lingerPolicy).
 type joinRequest struct {
 	jobs  map[string]bool
 	await map[string]bool
 	until time.Time
 	max   int
 	reply chan []*groupcommit.Op
-}
-
-// joinWait bounds how long a batch waits, before it commits, for the votes (or acks) still
-// missing on a checkpoint it changed: the participants of a checkpoint often vote within a
-// fraction of a millisecond of each other, and a vote that misses the batch of the one
-// before waits for its commit, then takes one of its own. The vote (or ack) that completes
-// a checkpoint never waits. A job whose batches waited in vain vainTries times in a row is
-// not waited for during a second, then two, four... up to a minute (its participants vote
-// apart: waiting would only delay them), until a wait succeeds again.
-const (
-	joinWait     = time.Millisecond
-	vainTries    = 3
-	lingerOff    = time.Second
-	maxLingerOff = time.Minute
-)
-
-// vainWait counts a job's waits for followers that did not come (joinWait).
-type vainWait struct {
-	inARow int
-	since  time.Time     // when the job was last given up on
-	off    time.Duration // for how long
 }
 
 // defaultWriters is how many batches commit at once unless Options.Writers says: on two
@@ -113,8 +92,8 @@ func (c *committer) dispatch() {
 	finished := make(chan []*groupcommit.Op, c.workers)
 	busy := map[string]bool{} // jobs in a running batch
 	var waiting []*groupcommit.Op
-	var parked []joinRequest       // join requests held for followers, oldest first
-	vain := map[string]*vainWait{} // jobs whose followers did not come when awaited
+	var parked []joinRequest            // join requests held for followers, oldest first
+	linger := newLingerPolicy(time.Now) // whether they may be held
 	running := 0
 	arrivals := c.queue.Arrivals()
 	for {
@@ -139,8 +118,8 @@ func (c *committer) dispatch() {
 			}
 		}
 		// answer answers a join request with the updates waiting for its jobs; if there are
-		// none, it may park the request instead (see joinRequest), and answers it empty once
-		// its time is up, noting that its jobs' followers did not come.
+		// none, it parks the request instead while linger lets the batch wait, and answers it
+		// empty once not.
 		answer := func(req joinRequest) bool {
 			var joined []*groupcommit.Op
 			rest := waiting[:0]
@@ -156,33 +135,10 @@ func (c *committer) dispatch() {
 			}
 			clear(waiting[len(rest):])
 			waiting = rest
-			switch now := time.Now(); {
-			case len(req.await) == 0:
-			case len(joined) > 0:
-				for job := range req.await {
-					delete(vain, job)
-				}
-			case now.Before(req.until):
-				for job := range req.await {
-					if v := vain[job]; v == nil || now.Sub(v.since) > v.off {
-						return false
-					}
-				}
-			default:
-				if len(vain) > maxCachedJobs {
-					clear(vain)
-				}
-				for job := range req.await {
-					v := vain[job]
-					if v == nil {
-						v = &vainWait{}
-						vain[job] = v
-					}
-					if v.inARow++; v.inARow >= vainTries || v.off > 0 && now.Sub(v.since) < 2*v.off {
-						// Given up on again: for twice as long if it was lately.
-						v.inARow, v.since, v.off = 0, now, min(max(2*v.off, lingerOff), maxLingerOff)
-					}
-				}
+			if len(joined) > 0 {
+				linger.joined(req.await)
+			} else if linger.keepWaiting(req.await, req.until) {
+				return false
 			}
 			req.reply <- joined
 			return true

@@ -22,6 +22,9 @@
 //
 // Tests may run as root (CI does): initdb and postgres refuse root, so the harness runs
 // them as the "postgres" user, which must exist then.
+//
+// Under go test -short, StartCluster, StartCoordinator and BuildCoordinator skip the test
+// (t.Skip): nothing is built or started.
 package harness
 
 import (
@@ -55,14 +58,23 @@ func Run(m *testing.M) int {
 
 // BuildCoordinator builds ./cmd/coordinator of the module under test, once per test binary
 // (later calls return the same path), and returns the path of the binary. It fails the test
-// if the build fails.
+// if the build fails, and skips it under -short.
 func BuildCoordinator(t testing.TB) string {
 	t.Helper()
+	skipShort(t, "builds and runs the coordinator binary")
 	buildOnce.Do(func() { buildPath, buildErr = build() })
 	if buildErr != nil {
 		t.Fatalf("harness: build the coordinator: %v", buildErr)
 	}
 	return buildPath
+}
+
+// skipShort skips the test under -short: what needs the harness is an end-to-end test.
+func skipShort(t testing.TB, what string) {
+	t.Helper()
+	if testing.Short() {
+		t.Skipf("harness: %s: skipped under -short", what)
+	}
 }
 
 func build() (string, error) {

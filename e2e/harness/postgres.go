@@ -50,9 +50,10 @@ type Cluster struct {
 // accepts connections. t.Cleanup stops it and removes its directory.
 //
 // The binaries are taken from $COORDINATOR_TEST_PG_BIN, else from the newest
-// /usr/lib/postgresql/*/bin, else from `pg_config --bindir`.
+// /usr/lib/postgresql/*/bin, else from `pg_config --bindir`. Under -short it skips the test.
 func StartCluster(t testing.TB) *Cluster {
 	t.Helper()
+	skipShort(t, "starts a PostgreSQL cluster of its own")
 	bin, err := postgresBin()
 	if err != nil {
 		t.Fatalf("harness: %v", err)

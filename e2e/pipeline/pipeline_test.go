@@ -53,6 +53,7 @@ const (
 func TestPipelineExactlyOnce(t *testing.T) {
 	t.Parallel()
 	started := time.Now()
+	cluster := harness.StartCluster(t) // first: under -short it skips the test
 	python, err := exec.LookPath("python3")
 	if err != nil {
 		t.Fatalf("python3 is required (the Python sink is part of the pipeline): %v", err)
@@ -67,7 +68,6 @@ func TestPipelineExactlyOnce(t *testing.T) {
 	}
 	ctx := context.Background()
 
-	cluster := harness.StartCluster(t)
 	server := harness.StartCoordinator(t, cluster.NewDatabase(t))
 	sinkDB := cluster.NewDatabase(t)
 	coord, err := cc.NewCoordinator(server.BaseURL, cc.Options{RequestTimeout: 5 * time.Second, MaxBackoff: 500 * time.Millisecond})

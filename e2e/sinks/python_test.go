@@ -26,6 +26,7 @@ import (
 // fails, it does not skip.
 func TestPythonParticipant(t *testing.T) {
 	t.Parallel()
+	coord, url := coordinatorFor(t) // first: under -short it skips the test
 	python, err := exec.LookPath("python3")
 	if err != nil {
 		t.Fatalf("python3 is required for the Python participant's test: %v", err)
@@ -34,7 +35,6 @@ func TestPythonParticipant(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	coord, url := coordinatorFor(t)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	if _, err := coord.PutJob(ctx, "py", cc.JobConfig{Participants: []string{"source", "py-sink"}, CheckpointTimeoutMs: ptr(int64(5000))}); err != nil {

@@ -3,7 +3,9 @@
 //
 // The server is COORDINATOR_TEST_DATABASE_URL, by default
 // postgres://postgres@127.0.0.1:5432/postgres?sslmode=disable; the user must be allowed to
-// create databases.
+// create databases. Under go test -short, a test that asks for a database is skipped and
+// the server is never contacted; without -short, a server that cannot be reached fails the
+// test.
 package pgtest
 
 import (
@@ -45,8 +47,10 @@ var (
 )
 
 // URL returns the URL of a new database with the current schema, dropped when the test ends.
+// Under -short it skips the test (t.Skip) instead.
 func URL(t testing.TB) string {
 	t.Helper()
+	SkipShort(t)
 	templateOnce.Do(func() { templateName, templateErr = ensureTemplate() })
 	if templateErr != nil {
 		t.Fatalf("pgtest: prepare template database: %v", templateErr)
@@ -68,6 +72,19 @@ func URL(t testing.TB) string {
 		}
 	})
 	return DatabaseURL(name)
+}
+
+// SkipShort skips the test under go test -short, saying that it needs the PostgreSQL test
+// server. URL calls it; a test that reaches the server another way calls it first.
+func SkipShort(t testing.TB) {
+	t.Helper()
+	if testing.Short() {
+		host := "(COORDINATOR_TEST_DATABASE_URL is not a URL)"
+		if u, err := url.Parse(ServerURL()); err == nil {
+			host = u.Host
+		}
+		t.Skipf("pgtest: needs PostgreSQL (COORDINATOR_TEST_DATABASE_URL, here %s): skipped under -short", host)
+	}
 }
 
 // DatabaseURL returns the test server's URL with the database replaced by name.

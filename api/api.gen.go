@@ -87,6 +87,7 @@ type AbortRequest struct {
 
 // AckRequest defines model for AckRequest.
 type AckRequest struct {
+	// Epoch The epoch that the participant's last registration returned. Epoch 0 is that of a participant that never registered: the ack gets 409 `not_registered`.
 	Epoch int64 `json:"epoch"`
 }
 
@@ -300,7 +301,9 @@ type VoteRequest struct {
 	//
 	// Example: [{"txn":"orders-41"}]
 	Committables *Committables `json:"committables,omitempty"`
-	Epoch        int64         `json:"epoch"`
+
+	// Epoch The epoch that the participant's last registration returned. Epoch 0 is that of a participant that never registered: the vote gets 409 `not_registered`.
+	Epoch int64 `json:"epoch"`
 
 	// Reason Why the participant votes abort (only with `abort`).
 	Reason *string  `json:"reason,omitempty"`

@@ -3,52 +3,80 @@ package coordinator
 import (
 	"bytes"
 	"fmt"
+	"slices"
 	"sort"
 	"strings"
 	"time"
 )
 
-// This file holds the rules of PROTOCOL.md as pure functions: each takes a job's recorded
-// state (the clock, the epochs, its preparing checkpoints) plus one event, changes the
-// checkpoints in memory and says what changed. Service loads, locks and saves around them.
+// This file holds the rules of the protocol as pure functions on a job's recorded state.
+// Each takes a JobState (the database's clock, the job's row, its preparing checkpoints)
+// and one event, changes the state in memory and records what it changed in the state's
+// Mutation; Service loads the state under the job's lock, runs one rule and hands the
+// mutation to the store, which writes it. Every input is validated once, in validate.go.
+//
+// Where each rule of the protocol is decided:
+//
+//	 1 one decision             JobState.Vote, Commit, Abort (decided checkpoints refuse: decidedRejection);
+//	                            decideCommit and decideAbort are the only places a status is decided
+//	 2 commit on unanimity      JobState.Advance and Commit (missingVotes)
+//	 3 durable before answered  the stores: JobTx.Apply is committed before Service answers
+//	 4 idempotent writes        Vote (same vote again), Ack (acked already), Commit, Abort (decided so
+//	                            already); JobState.Prepare (Idempotency-Key, idempotency_conflict)
+//	 5 fencing                  checkEpoch (vote, ack); JobState.Register (new epoch, aborts the unvoted)
+//	 6 exact deadlines          JobState.Expire, run first on every state (Service.begin) and by the
+//	                            sweeper (Service.SweepExpired); Pending hides what expired
+//	 7 nothing owed forgotten   Owed, PendingItems, OwesAnything; CheckParticipant
+//	 8 many coordinators        the stores: the job's lock and JobTx.Now, the database's clock
+//	 9 commit order, no gaps    Advance (lowest first), Commit (lower_checkpoint_open), abort (cascade)
+//	10 bad input changes nothing validate.go: ValidateJobConfig, ValidateVote, ValidateName, ...
+//	   epoch 0 = never registered checkEpoch (not_registered)
+//	   too_many_checkpoints     JobState.Prepare
+//	   job_busy                 JobState.DeleteJob
+//
+// Names: a "round" in the documentation is one checkpoint's whole two-phase commit; a
+// JobState lives for one event inside one transaction.
 
-// Changes lists what a rule changed, for the store to write.
-type Changes struct {
-	// Votes and Acks name (checkpoint, participant) pairs whose vote or ack changed.
-	Votes []Change
-	Acks  []Change
-	// Statuses are the checkpoints whose status changed, in the order it changed.
-	Statuses []*Checkpoint
-}
-
-// Change names one participant of one checkpoint.
-type Change struct {
-	Checkpoint  *Checkpoint
-	Participant *ParticipantState
-}
-
-func (c *Changes) status(cp *Checkpoint) { c.Statuses = append(c.Statuses, cp) }
-
-// Round is the state the rules decide on: the clock and the job's preparing checkpoints,
-// lowest id first. Rules keep Preparing current as they decide.
-type Round struct {
+// JobState is what the rules decide on: the database's clock, the job's row (configuration,
+// Seq, epochs) and its preparing checkpoints, lowest id first. The rules keep it current as
+// they decide, and record in Mutation what they changed, for the store to write.
+type JobState struct {
 	Now       time.Time
+	Job       *Job
 	Preparing []*Checkpoint
-	Changes
+	Mutation  Mutation
 }
 
-func (r *Round) drop(cp *Checkpoint) {
-	for i, p := range r.Preparing {
+func (s *JobState) drop(cp *Checkpoint) {
+	for i, p := range s.Preparing {
 		if p == cp {
-			r.Preparing = append(r.Preparing[:i:i], r.Preparing[i+1:]...)
+			s.Preparing = append(s.Preparing[:i:i], s.Preparing[i+1:]...)
 			return
 		}
 	}
 }
 
+// statusChanged records cp's new status.
+func (s *JobState) statusChanged(cp *Checkpoint) {
+	s.Mutation.Statuses = append(s.Mutation.Statuses, cp)
+}
+
+// Find returns checkpoint id among those the rules hold: preparing, or decided by this
+// state's events; nil if neither.
+func (s *JobState) Find(id int64) *Checkpoint {
+	for _, list := range [][]*Checkpoint{s.Preparing, s.Mutation.Statuses} {
+		for _, cp := range list {
+			if cp.ID == id {
+				return cp
+			}
+		}
+	}
+	return nil
+}
+
 // Expire aborts every preparing checkpoint whose deadline is not after Now (rule 6), and
 // with it every higher preparing checkpoint (rule 9).
-func (r *Round) Expire() {
+func (r *JobState) Expire() {
 	for len(r.Preparing) > 0 {
 		var expired *Checkpoint
 		for _, cp := range r.Preparing {
@@ -83,7 +111,7 @@ func expiryReason(cp *Checkpoint) string {
 }
 
 // abort decides abort for cp and cascades to every higher preparing checkpoint.
-func (r *Round) abort(cp *Checkpoint, reason string) {
+func (r *JobState) abort(cp *Checkpoint, reason string) {
 	r.decideAbort(cp, reason)
 	for _, higher := range append([]*Checkpoint(nil), r.Preparing...) {
 		if higher.ID > cp.ID {
@@ -92,27 +120,27 @@ func (r *Round) abort(cp *Checkpoint, reason string) {
 	}
 }
 
-func (r *Round) decideAbort(cp *Checkpoint, reason string) {
+func (r *JobState) decideAbort(cp *Checkpoint, reason string) {
 	now := r.Now
 	cp.Status = StatusAborted
 	cp.DecidedAt = &now
 	cp.CompletedAt = &now
 	cp.AbortReason = reason
 	r.drop(cp)
-	r.status(cp)
+	r.statusChanged(cp)
 }
 
-func (r *Round) decideCommit(cp *Checkpoint) {
+func (r *JobState) decideCommit(cp *Checkpoint) {
 	now := r.Now
 	cp.Status = StatusCommitting
 	cp.DecidedAt = &now
 	r.drop(cp)
-	r.status(cp)
+	r.statusChanged(cp)
 }
 
 // Advance decides commit, lowest first, for every preparing checkpoint that has all its
 // votes prepared, auto-commits and has no lower checkpoint still preparing (rules 2, 9).
-func (r *Round) Advance() {
+func (r *JobState) Advance() {
 	for len(r.Preparing) > 0 {
 		lowest := r.Preparing[0]
 		if !lowest.AutoCommit || len(missingVotes(lowest)) > 0 {
@@ -134,9 +162,10 @@ func missingVotes(cp *Checkpoint) []string {
 }
 
 // checkEpoch applies fencing (rule 5): the participant must be registered and the request
-// must carry its current epoch.
+// must carry its current epoch. Epoch 0 is the epoch of a participant that never
+// registered, whatever the job holds.
 func checkEpoch(cp *Checkpoint, participant string, current, epoch int64) error {
-	if current == 0 {
+	if current == 0 || epoch == 0 {
 		return reject(CodeNotRegistered, cp, "participant %q has not registered: register it first", participant)
 	}
 	if epoch != current {
@@ -148,12 +177,12 @@ func checkEpoch(cp *Checkpoint, participant string, current, epoch int64) error 
 // Vote records participant's vote on cp (which must be in Preparing if it is preparing),
 // then decides what follows: abort on an abort vote, commit when it completes unanimity.
 // The same vote again changes nothing and is no error (rule 4).
-func (r *Round) Vote(cp *Checkpoint, participant string, current int64, v Vote) error {
+func (r *JobState) Vote(cp *Checkpoint, participant string, v Vote) error {
 	p := cp.Participant(participant)
 	if p == nil {
 		return reject(CodeNotFound, cp, "%q is not a participant of checkpoint %d", participant, cp.ID)
 	}
-	if err := checkEpoch(cp, participant, current, v.Epoch); err != nil {
+	if err := checkEpoch(cp, participant, r.Job.Epoch(participant), v.Epoch); err != nil {
 		return err
 	}
 	committables := v.Committables
@@ -178,7 +207,7 @@ func (r *Round) Vote(cp *Checkpoint, participant string, current int64, v Vote) 
 	} else {
 		p.Reason = v.Reason
 	}
-	r.Votes = append(r.Votes, Change{cp, p})
+	r.Mutation.Votes = append(r.Mutation.Votes, ParticipantChange{Checkpoint: cp.ID, Participant: *p})
 	if v.Kind == VoteAbort {
 		reason := fmt.Sprintf("participant %s voted abort", participant)
 		if v.Reason != "" {
@@ -199,7 +228,7 @@ func decidedRejection(cp *Checkpoint) error {
 
 // Commit decides commit on request (POST .../commit). Idempotent once the decision is
 // commit.
-func (r *Round) Commit(cp *Checkpoint) error {
+func (r *JobState) Commit(cp *Checkpoint) error {
 	switch cp.Status {
 	case StatusCommitting, StatusCommitted:
 		return nil
@@ -222,7 +251,7 @@ func (r *Round) Commit(cp *Checkpoint) error {
 }
 
 // Abort decides abort on request (POST .../abort). Idempotent once aborted.
-func (r *Round) Abort(cp *Checkpoint, reason string) error {
+func (r *JobState) Abort(cp *Checkpoint, reason string) error {
 	switch cp.Status {
 	case StatusAborted:
 		return nil
@@ -238,12 +267,12 @@ func (r *Round) Abort(cp *Checkpoint, reason string) error {
 
 // Ack records that participant applied cp's decision. The last ack of a commit makes the
 // checkpoint committed. Idempotent.
-func (r *Round) Ack(cp *Checkpoint, participant string, current, epoch int64) error {
+func (r *JobState) Ack(cp *Checkpoint, participant string, epoch int64) error {
 	p := cp.Participant(participant)
 	if p == nil {
 		return reject(CodeNotFound, cp, "%q is not a participant of checkpoint %d", participant, cp.ID)
 	}
-	if err := checkEpoch(cp, participant, current, epoch); err != nil {
+	if err := checkEpoch(cp, participant, r.Job.Epoch(participant), epoch); err != nil {
 		return err
 	}
 	if cp.Status == StatusPreparing {
@@ -254,11 +283,11 @@ func (r *Round) Ack(cp *Checkpoint, participant string, current, epoch int64) er
 	}
 	now := r.Now
 	p.AckedAt = &now
-	r.Acks = append(r.Acks, Change{cp, p})
+	r.Mutation.Acks = append(r.Mutation.Acks, ParticipantChange{Checkpoint: cp.ID, Participant: *p})
 	if cp.Status == StatusCommitting && allAcked(cp) {
 		cp.Status = StatusCommitted
 		cp.CompletedAt = &now
-		r.status(cp)
+		r.statusChanged(cp)
 	}
 	return nil
 }
@@ -272,9 +301,16 @@ func allAcked(cp *Checkpoint) bool {
 	return true
 }
 
-// Register aborts every preparing checkpoint in which participant had not voted yet: its
-// open transaction died with its old epoch (rule 5).
-func (r *Round) Register(participant string, epoch int64) {
+// Register gives participant an epoch higher than any before and aborts every preparing
+// checkpoint in which it had not voted yet: its open transaction died with its old epoch
+// (rule 5). It returns the new epoch.
+func (r *JobState) Register(participant string) int64 {
+	epoch := r.Job.Epoch(participant) + 1
+	if r.Job.Epochs == nil {
+		r.Job.Epochs = map[string]int64{}
+	}
+	r.Job.Epochs[participant] = epoch
+	r.Mutation.Epochs = append(r.Mutation.Epochs, EpochChange{Participant: participant, Epoch: epoch})
 	for _, cp := range append([]*Checkpoint(nil), r.Preparing...) {
 		if cp.Status != StatusPreparing {
 			continue // aborted by the cascade of a lower one
@@ -283,6 +319,81 @@ func (r *Round) Register(participant string, epoch int64) {
 			r.abort(cp, fmt.Sprintf("participant %s registered again (epoch %d) before voting", participant, epoch))
 		}
 	}
+	return epoch
+}
+
+// Prepare opens the job's next checkpoint: its id follows the highest ever issued for the
+// job's name, its deadline is the request's timeout (or the job's) from now, its voters are
+// the job's participants. prior is what the request's Idempotency-Key opened before, if
+// anything: then nothing opens, and Prepare returns that checkpoint's id as replay for the
+// caller to answer with (rule 4), or idempotency_conflict if the key came with another
+// request. A job with max_concurrent_checkpoints preparing already refuses with
+// too_many_checkpoints.
+func (r *JobState) Prepare(req PrepareRequest, prior *IdempotencyRecord) (cp *Checkpoint, replay int64, err error) {
+	if prior != nil {
+		if prior.Fingerprint != req.Fingerprint {
+			return nil, 0, reject(CodeIdempotencyConflict, nil, "Idempotency-Key %q was used with another request", req.IdempotencyKey)
+		}
+		return nil, prior.Checkpoint, nil
+	}
+	cfg := r.Job.Config
+	if n := len(r.Preparing); n >= cfg.MaxConcurrentCheckpoints {
+		return nil, 0, reject(CodeTooManyCheckpoints, r.Preparing[n-1], "job %s has %d checkpoint(s) preparing, its max_concurrent_checkpoints", r.Job.Name, n)
+	}
+	timeout := cfg.CheckpointTimeout
+	if req.Timeout != 0 {
+		timeout = req.Timeout
+	}
+	cp = &Checkpoint{
+		Job:          r.Job.Name,
+		ID:           r.Job.Seq + 1,
+		Status:       StatusPreparing,
+		CreatedAt:    r.Now,
+		Deadline:     r.Now.Add(timeout),
+		AutoCommit:   cfg.AutoCommit,
+		Participants: make([]ParticipantState, len(cfg.Participants)),
+	}
+	for i, p := range cfg.Participants {
+		cp.Participants[i].Name = p
+	}
+	r.Job.Seq = cp.ID
+	r.Preparing = append(r.Preparing, cp)
+	r.Mutation.Opened = cp
+	if req.IdempotencyKey != "" {
+		r.Mutation.Idempotency = &IdempotencyRecord{Key: req.IdempotencyKey, Fingerprint: req.Fingerprint, Checkpoint: cp.ID}
+	}
+	return cp, 0, nil
+}
+
+// DeleteJob deletes the job, unless something is owed on one of owing (its checkpoints
+// that may owe something): then job_busy, and nothing changes.
+func (r *JobState) DeleteJob(owing []*Checkpoint) error {
+	for _, cp := range owing {
+		if held := r.Find(cp.ID); held != nil {
+			cp = held
+		}
+		if OwesAnything(cp) {
+			return reject(CodeJobBusy, nil, "job %s still has checkpoint %d %s with work owed; delete it once every participant acked", r.Job.Name, cp.ID, cp.Status)
+		}
+	}
+	r.Preparing = nil
+	r.Mutation.JobDeleted = true
+	return nil
+}
+
+// CheckParticipant returns not_found unless participant is one of the job's, or one of
+// owing (the checkpoints in which it may still owe something, JobTx.Owing) has it as a
+// voter: a participant removed from the configuration still settles what it owes.
+func CheckParticipant(job *Job, owing []*Checkpoint, participant string) error {
+	if slices.Contains(job.Config.Participants, participant) {
+		return nil
+	}
+	for _, cp := range owing {
+		if cp.Participant(participant) != nil {
+			return nil
+		}
+	}
+	return reject(CodeNotFound, nil, "%q is not a participant of job %s", participant, job.Name)
 }
 
 // Owed says what participant owes on cp, if anything (rule 7).
@@ -320,11 +431,16 @@ func OwesAnything(cp *Checkpoint) bool {
 	return false
 }
 
-// PendingItems lists what participant owes among cps, oldest first.
-func PendingItems(cps []*Checkpoint, participant string) []PendingItem {
+// PendingItems lists what participant owes among cps at time now, oldest first. A
+// checkpoint whose deadline has passed is no longer votable, even before it is aborted
+// (rule 6): it is left out until the abort says what it owes.
+func PendingItems(now time.Time, cps []*Checkpoint, participant string) []PendingItem {
 	sort.Slice(cps, func(i, j int) bool { return cps[i].ID < cps[j].ID })
 	items := []PendingItem{}
 	for _, cp := range cps {
+		if cp.Status == StatusPreparing && !now.Before(cp.Deadline) {
+			continue
+		}
 		action, ok := Owed(cp, participant)
 		if !ok {
 			continue

@@ -16,7 +16,7 @@ import (
 
 // The rules are table-tested here state by state and event by event, on checkpoints built
 // directly (not through other rules), so that each case names exactly one decision. Every
-// case also checks that Round.Changes lists exactly what changed, and every rejection that
+// case also checks that JobState.Mutation lists exactly what changed, and every rejection that
 // nothing changed at all. The property test at the end drives random sequences of events
 // through the rules, the way Service does, and checks the protocol's invariants after each.
 
@@ -95,22 +95,49 @@ func withDeadline(cp *Checkpoint, d time.Duration) *Checkpoint {
 	return cp
 }
 
-// ruleFixture is one job's checkpoints and the Round Service would build on them.
+// ruleFixture is one job's checkpoints and the JobState Service would build on them.
 type ruleFixture struct {
-	round *Round
+	round *JobState
 	all   []*Checkpoint
 }
 
 func newRuleFixture(cps ...*Checkpoint) *ruleFixture {
 	all := slices.Clone(cps)
 	slices.SortFunc(all, func(x, y *Checkpoint) int { return int(x.ID - y.ID) })
-	f := &ruleFixture{round: &Round{Now: ruleNow}, all: all}
+	f := &ruleFixture{round: &JobState{Now: ruleNow, Job: &Job{Name: "j", Epochs: map[string]int64{}}}, all: all}
 	for _, cp := range all {
 		if cp.Status == StatusPreparing {
 			f.round.Preparing = append(f.round.Preparing, cp)
 		}
 	}
 	return f
+}
+
+// withEpoch sets participant's current epoch in r's job and returns r.
+func withEpoch(r *JobState, participant string, current int64) *JobState {
+	r.Job.Epochs[participant] = current
+	return r
+}
+
+// vote runs JobState.Vote with participant's current epoch set to current.
+func (f *ruleFixture) vote(cp *Checkpoint, participant string, current int64, v Vote) error {
+	f.round.Job.Epochs[participant] = current
+	return f.round.Vote(cp, participant, v)
+}
+
+// ack runs JobState.Ack with participant's current epoch set to current.
+func (f *ruleFixture) ack(cp *Checkpoint, participant string, current, epoch int64) error {
+	f.round.Job.Epochs[participant] = current
+	return f.round.Ack(cp, participant, epoch)
+}
+
+// register runs JobState.Register so that it gives participant epoch.
+func (f *ruleFixture) register(participant string, epoch int64) {
+	f.round.Job.Epochs[participant] = epoch - 1
+	if got := f.round.Register(participant); got != epoch {
+		panic(fmt.Sprintf("Register(%s) = %d, want %d", participant, got, epoch))
+	}
+	f.round.Mutation.Epochs = nil
 }
 
 func (f *ruleFixture) cp(id int64) *Checkpoint {
@@ -152,7 +179,7 @@ type ruleSnapshot struct {
 	preparing []int64
 }
 
-func takeRuleSnapshot(all []*Checkpoint, r *Round) ruleSnapshot {
+func takeRuleSnapshot(all []*Checkpoint, r *JobState) ruleSnapshot {
 	s := ruleSnapshot{cps: make(map[int64]*Checkpoint, len(all))}
 	for _, cp := range all {
 		s.cps[cp.ID] = frozenCopy(cp)
@@ -192,9 +219,9 @@ func voteFieldsDiffer(x, y *ParticipantState) bool {
 }
 
 // changeProblems compares the job's checkpoints with the snapshot taken before a rule and
-// says where Round.Changes does not list exactly what changed, where a field that no rule
-// may touch changed, and where Round.Preparing is not the preparing checkpoints any more.
-func changeProblems(before ruleSnapshot, all []*Checkpoint, r *Round) []string {
+// says where JobState.Mutation does not list exactly what changed, where a field that no rule
+// may touch changed, and where JobState.Preparing is not the preparing checkpoints any more.
+func changeProblems(before ruleSnapshot, all []*Checkpoint, r *JobState) []string {
 	var problems []string
 	byID := make(map[int64]*Checkpoint, len(all))
 	for _, cp := range all {
@@ -230,24 +257,24 @@ func changeProblems(before ruleSnapshot, all []*Checkpoint, r *Round) []string {
 		}
 	}
 	var gotStatuses []string
-	for _, cp := range r.Statuses {
+	for _, cp := range r.Mutation.Statuses {
 		if byID[cp.ID] != cp {
-			problems = append(problems, fmt.Sprintf("Changes.Statuses holds a checkpoint %d that is not the job's", cp.ID))
+			problems = append(problems, fmt.Sprintf("Mutation.Statuses holds a checkpoint %d that is not the job's", cp.ID))
 		}
 		gotStatuses = append(gotStatuses, fmt.Sprint(cp.ID))
 	}
-	participantKeys := func(what string, changes []Change) []string {
+	participantKeys := func(what string, changes []ParticipantChange) []string {
 		var keys []string
 		for _, c := range changes {
-			if byID[c.Checkpoint.ID] != c.Checkpoint || c.Checkpoint.Participant(c.Participant.Name) != c.Participant {
-				problems = append(problems, fmt.Sprintf("Changes.%s holds %d/%s, not the job's own", what, c.Checkpoint.ID, c.Participant.Name))
+			if cp := byID[c.Checkpoint]; cp == nil || cp.Participant(c.Participant.Name) == nil {
+				problems = append(problems, fmt.Sprintf("Mutation.%s holds %d/%s, not one of the job's", what, c.Checkpoint, c.Participant.Name))
 			}
-			keys = append(keys, fmt.Sprintf("%d/%s", c.Checkpoint.ID, c.Participant.Name))
+			keys = append(keys, fmt.Sprintf("%d/%s", c.Checkpoint, c.Participant.Name))
 		}
 		return keys
 	}
-	gotVotes := participantKeys("Votes", r.Votes)
-	gotAcks := participantKeys("Acks", r.Acks)
+	gotVotes := participantKeys("Votes", r.Mutation.Votes)
+	gotAcks := participantKeys("Acks", r.Mutation.Acks)
 	for _, c := range []struct {
 		what      string
 		got, want []string
@@ -266,18 +293,38 @@ func changeProblems(before ruleSnapshot, all []*Checkpoint, r *Round) []string {
 		}
 	}
 	if got := checkpointIDs(r.Preparing); !slices.Equal(got, wantPreparing) && !(len(got) == 0 && len(wantPreparing) == 0) {
-		problems = append(problems, fmt.Sprintf("Round.Preparing = %v, want %v", got, wantPreparing))
+		problems = append(problems, fmt.Sprintf("JobState.Preparing = %v, want %v", got, wantPreparing))
 	}
 	for _, cp := range r.Preparing {
 		if byID[cp.ID] != cp {
-			problems = append(problems, fmt.Sprintf("Round.Preparing holds a checkpoint %d that is not the job's", cp.ID))
+			problems = append(problems, fmt.Sprintf("JobState.Preparing holds a checkpoint %d that is not the job's", cp.ID))
+		}
+	}
+	problems = append(problems, replayProblems(before, all, r)...)
+	return problems
+}
+
+// replayProblems says where the mutation, applied to the state before the rule, does not
+// give the state the rule left: what a store's copy of the job would then hold.
+func replayProblems(before ruleSnapshot, all []*Checkpoint, r *JobState) []string {
+	replayed := make(map[int64]*Checkpoint, len(before.cps))
+	for id, cp := range before.cps {
+		replayed[id] = frozenCopy(cp)
+	}
+	if !r.Mutation.Apply(&Job{}, replayed) {
+		return []string{"Mutation.Apply: a change to a checkpoint the job does not have"}
+	}
+	var problems []string
+	for _, cp := range all {
+		if got, want := replayed[cp.ID], frozenCopy(cp); !reflect.DeepEqual(got, want) {
+			problems = append(problems, fmt.Sprintf("checkpoint %d replayed from the mutation:\n got  %+v\n want %+v", cp.ID, got, want))
 		}
 	}
 	return problems
 }
 
 // unchangedProblems says what differs from the snapshot, field by field, when nothing may.
-func unchangedProblems(before ruleSnapshot, all []*Checkpoint, r *Round) []string {
+func unchangedProblems(before ruleSnapshot, all []*Checkpoint, r *JobState) []string {
 	var problems []string
 	for _, cp := range all {
 		if !reflect.DeepEqual(before.cps[cp.ID], frozenCopy(cp)) {
@@ -285,29 +332,29 @@ func unchangedProblems(before ruleSnapshot, all []*Checkpoint, r *Round) []strin
 		}
 	}
 	if got := checkpointIDs(r.Preparing); !slices.Equal(got, before.preparing) && !(len(got) == 0 && len(before.preparing) == 0) {
-		problems = append(problems, fmt.Sprintf("Round.Preparing = %v, was %v", got, before.preparing))
+		problems = append(problems, fmt.Sprintf("JobState.Preparing = %v, was %v", got, before.preparing))
 	}
-	if len(r.Votes)+len(r.Acks)+len(r.Statuses) > 0 {
-		problems = append(problems, fmt.Sprintf("Round.Changes not empty: %s", describeChanges(r)))
+	if !r.Mutation.Empty() {
+		problems = append(problems, fmt.Sprintf("JobState.Mutation not empty: %s", describeChanges(r)))
 	}
 	return problems
 }
 
-// changeList is Round.Changes in words: votes and acks as "id/participant", statuses as
+// changeList is JobState.Mutation in words: votes and acks as "id/participant", statuses as
 // "id:status", in order.
 type changeList struct {
 	votes, acks, statuses []string
 }
 
-func changesOf(r *Round) changeList {
+func changesOf(r *JobState) changeList {
 	var c changeList
-	for _, v := range r.Votes {
-		c.votes = append(c.votes, fmt.Sprintf("%d/%s", v.Checkpoint.ID, v.Participant.Name))
+	for _, v := range r.Mutation.Votes {
+		c.votes = append(c.votes, fmt.Sprintf("%d/%s", v.Checkpoint, v.Participant.Name))
 	}
-	for _, a := range r.Acks {
-		c.acks = append(c.acks, fmt.Sprintf("%d/%s", a.Checkpoint.ID, a.Participant.Name))
+	for _, a := range r.Mutation.Acks {
+		c.acks = append(c.acks, fmt.Sprintf("%d/%s", a.Checkpoint, a.Participant.Name))
 	}
-	for _, cp := range r.Statuses {
+	for _, cp := range r.Mutation.Statuses {
 		c.statuses = append(c.statuses, fmt.Sprintf("%d:%s", cp.ID, cp.Status))
 	}
 	return c
@@ -321,7 +368,7 @@ func (c changeList) String() string {
 	return fmt.Sprintf("votes %v, acks %v, statuses %v", c.votes, c.acks, c.statuses)
 }
 
-func describeChanges(r *Round) string { return changesOf(r).String() }
+func describeChanges(r *JobState) string { return changesOf(r).String() }
 
 var sentinelsByCode = map[Code]error{
 	CodeInvalidRequest:      ErrInvalidRequest,
@@ -369,7 +416,7 @@ func rejectionProblem(err error, code Code, cp *Checkpoint, missing []string) st
 type outcome struct {
 	code    Code     // rejection, "" when accepted
 	missing []string // Error.Missing of votes_missing
-	// changes lists Round.Changes in order; the zero value means nothing may change.
+	// changes lists JobState.Mutation in order; the zero value means nothing may change.
 	changes changeList
 	check   func(t *testing.T, f *ruleFixture)
 }
@@ -450,10 +497,10 @@ func expectStatus(t *testing.T, cp *Checkpoint, status Status) {
 	}
 }
 
-func expectPreparing(t *testing.T, r *Round, want ...int64) {
+func expectPreparing(t *testing.T, r *JobState, want ...int64) {
 	t.Helper()
 	if got := checkpointIDs(r.Preparing); !slices.Equal(got, want) && !(len(got) == 0 && len(want) == 0) {
-		t.Errorf("Round.Preparing = %v, want %v", got, want)
+		t.Errorf("JobState.Preparing = %v, want %v", got, want)
 	}
 }
 
@@ -661,7 +708,7 @@ func TestVote(t *testing.T) {
 			t.Parallel()
 			f := ruleStates[c.state]()
 			cp := f.cp(5)
-			runRule(t, f, cp, func() error { return f.round.Vote(cp, c.event.participant, c.event.current, c.event.vote) }, c.want)
+			runRule(t, f, cp, func() error { return f.vote(cp, c.event.participant, c.event.current, c.event.vote) }, c.want)
 		})
 	}
 }
@@ -672,10 +719,11 @@ func TestVoteRejectedInEveryState(t *testing.T) {
 	t.Parallel()
 	for _, state := range ruleStateOrder {
 		for _, base := range []voteEvent{aPreparedSame, aAbort, bPrepared, bAbortSame} {
-			stale, future, unregistered, unknown := base, base, base, base
-			stale.vote.Epoch = base.current - 1
+			stale, future, unregistered, zero, unknown := base, base, base, base, base
+			stale.current, stale.vote.Epoch = base.current+1, base.current
 			future.vote.Epoch = base.current + 1
 			unregistered.current, unregistered.vote.Epoch = 0, 1
+			zero.vote.Epoch = 0
 			unknown.participant = "z"
 			for _, c := range []struct {
 				name  string
@@ -685,13 +733,14 @@ func TestVoteRejectedInEveryState(t *testing.T) {
 				{"stale epoch", stale, CodeFenced},
 				{"future epoch", future, CodeFenced},
 				{"not registered", unregistered, CodeNotRegistered},
+				{"epoch 0 from a registered participant", zero, CodeNotRegistered},
 				{"unknown participant", unknown, CodeNotFound},
 			} {
 				t.Run(fmt.Sprintf("%s/%s %s/%s", state, base.participant, base.vote.Kind, c.name), func(t *testing.T) {
 					t.Parallel()
 					f := ruleStates[state]()
 					cp := f.cp(5)
-					runRule(t, f, cp, func() error { return f.round.Vote(cp, c.event.participant, c.event.current, c.event.vote) }, rejectedWith(c.code))
+					runRule(t, f, cp, func() error { return f.vote(cp, c.event.participant, c.event.current, c.event.vote) }, rejectedWith(c.code))
 				})
 			}
 		}
@@ -718,7 +767,7 @@ func TestVoteFencingWinsOverExactRepeat(t *testing.T) {
 			repeat := Vote{Epoch: 1, Kind: p.Vote, Committables: p.Committables, Reason: p.Reason}
 			f := newRuleFixture(cp)
 			// a registered again: its epoch is 2 now, and the very vote it sent with 1 is fenced.
-			runRule(t, f, cp, func() error { return f.round.Vote(cp, "a", 2, repeat) }, rejectedWith(CodeFenced))
+			runRule(t, f, cp, func() error { return f.vote(cp, "a", 2, repeat) }, rejectedWith(CodeFenced))
 		})
 	}
 }
@@ -734,7 +783,7 @@ func TestVoteRepeatedWithNewEpochAfterRegister(t *testing.T) {
 	cp := withPreparedVote(ruleCheckpoint(5), "a", 1, committablesA)
 	f := newRuleFixture(cp)
 	runRule(t, f, cp, func() error {
-		return f.round.Vote(cp, "a", 2, Vote{Epoch: 2, Kind: VotePrepared, Committables: committablesA})
+		return f.vote(cp, "a", 2, Vote{Epoch: 2, Kind: VotePrepared, Committables: committablesA})
 	}, outcome{check: func(t *testing.T, f *ruleFixture) {
 		if p := cp.Participant("a"); p.Epoch != 1 {
 			t.Errorf("recorded epoch %d, want 1 (the epoch it voted with)", p.Epoch)
@@ -753,13 +802,13 @@ func TestVotePreparedWithoutCommittables(t *testing.T) {
 				f := newRuleFixture(ruleCheckpoint(5))
 				cp := f.cp(5)
 				runRule(t, f, cp, func() error {
-					return f.round.Vote(cp, "a", epochA, Vote{Epoch: epochA, Kind: VotePrepared, Committables: first})
+					return f.vote(cp, "a", epochA, Vote{Epoch: epochA, Kind: VotePrepared, Committables: first})
 				}, outcome{changes: changeList{votes: []string{"5/a"}}, check: func(t *testing.T, f *ruleFixture) {
 					expectVote(t, cp, "a", VotePrepared, epochA, json.RawMessage(`[]`), "")
 				}})
-				f.round.Changes = Changes{}
+				f.round.Mutation = Mutation{}
 				runRule(t, f, cp, func() error {
-					return f.round.Vote(cp, "a", epochA, Vote{Epoch: epochA, Kind: VotePrepared, Committables: again})
+					return f.vote(cp, "a", epochA, Vote{Epoch: epochA, Kind: VotePrepared, Committables: again})
 				}, idempotent)
 			})
 		}
@@ -784,7 +833,7 @@ func TestVoteCommittablesCompareByBytes(t *testing.T) {
 			f := ruleStates[stateAPrepared]()
 			cp := f.cp(5)
 			runRule(t, f, cp, func() error {
-				return f.round.Vote(cp, "a", epochA, Vote{Epoch: epochA, Kind: VotePrepared, Committables: c.again})
+				return f.vote(cp, "a", epochA, Vote{Epoch: epochA, Kind: VotePrepared, Committables: c.again})
 			}, c.want)
 		})
 	}
@@ -797,7 +846,7 @@ func TestVoteAbortRepeatedWithOtherReason(t *testing.T) {
 	f := ruleStates[stateAbortedBAbort]()
 	cp := f.cp(5)
 	runRule(t, f, cp, func() error {
-		return f.round.Vote(cp, "b", epochB, Vote{Epoch: epochB, Kind: VoteAbort, Reason: "out of memory"})
+		return f.vote(cp, "b", epochB, Vote{Epoch: epochB, Kind: VoteAbort, Reason: "out of memory"})
 	}, outcome{check: func(t *testing.T, f *ruleFixture) {
 		if p := cp.Participant("b"); p.Reason != "disk full" {
 			t.Errorf("reason %q, want the first one kept", p.Reason)
@@ -811,7 +860,7 @@ func TestVoteCompletingUnanimityWhileLowerOpen(t *testing.T) {
 	t.Parallel()
 	f := newRuleFixture(ruleCheckpoint(4), withPreparedVote(ruleCheckpoint(5), "a", epochA, committablesA), ruleCheckpoint(6))
 	cp := f.cp(5)
-	runRule(t, f, cp, func() error { return f.round.Vote(cp, "b", epochB, bPrepared.vote) },
+	runRule(t, f, cp, func() error { return f.vote(cp, "b", epochB, bPrepared.vote) },
 		outcome{changes: changeList{votes: []string{"5/b"}}, check: func(t *testing.T, f *ruleFixture) {
 			expectStatus(t, cp, StatusPreparing)
 			if cp.DecidedAt != nil {
@@ -829,8 +878,8 @@ func TestVoteAfterDeadline(t *testing.T) {
 	cp := f.cp(5)
 	f.round.Expire()
 	expectAborted(t, cp, "deadline passed; no vote in time from: b")
-	f.round.Changes = Changes{}
-	runRule(t, f, cp, func() error { return f.round.Vote(cp, "b", epochB, bPrepared.vote) }, rejectedWith(CodeAlreadyDecided))
+	f.round.Mutation = Mutation{}
+	runRule(t, f, cp, func() error { return f.vote(cp, "b", epochB, bPrepared.vote) }, rejectedWith(CodeAlreadyDecided))
 }
 
 func TestCommit(t *testing.T) {
@@ -1037,7 +1086,7 @@ func TestAck(t *testing.T) {
 			f := ruleStates[c.state]()
 			cp := f.cp(5)
 			current := map[string]int64{"a": epochA, "b": epochB}[c.participant]
-			runRule(t, f, cp, func() error { return f.round.Ack(cp, c.participant, current, current) }, c.want)
+			runRule(t, f, cp, func() error { return f.ack(cp, c.participant, current, current) }, c.want)
 		})
 	}
 }
@@ -1063,7 +1112,7 @@ func TestAckRejectedInEveryState(t *testing.T) {
 				t.Parallel()
 				f := ruleStates[state]()
 				cp := f.cp(5)
-				runRule(t, f, cp, func() error { return f.round.Ack(cp, c.participant, c.current, c.epoch) }, rejectedWith(c.code))
+				runRule(t, f, cp, func() error { return f.ack(cp, c.participant, c.current, c.epoch) }, rejectedWith(c.code))
 			})
 		}
 	}
@@ -1077,9 +1126,9 @@ func TestAckSequence(t *testing.T) {
 	cp.Participants = append(cp.Participants, ParticipantState{Name: "c", Epoch: 1, Vote: VotePrepared, Committables: json.RawMessage(`[]`), VotedAt: afterT0(time.Second)})
 	f := newRuleFixture(cp)
 	for i, name := range []string{"c", "a", "c", "b"} {
-		f.round.Changes = Changes{}
+		f.round.Mutation = Mutation{}
 		current := map[string]int64{"a": epochA, "b": epochB, "c": 1}[name]
-		if err := f.round.Ack(cp, name, current, current); err != nil {
+		if err := f.ack(cp, name, current, current); err != nil {
 			t.Fatalf("ack %d by %s: %v", i, name, err)
 		}
 		wantStatus := StatusCommitting
@@ -1103,7 +1152,7 @@ func TestRegister(t *testing.T) {
 			withPreparedVote(ruleCheckpoint(6), "a", epochA, committablesA),
 		)
 		before := f.snapshot()
-		f.round.Register("a", epochA+1)
+		f.register("a", epochA+1)
 		if got, w := changesOf(f.round), (changeList{statuses: []string{"5:aborted", "6:aborted"}}); !got.equal(w) {
 			t.Errorf("changes %s, want %s", got, w)
 		}
@@ -1119,7 +1168,7 @@ func TestRegister(t *testing.T) {
 		t.Parallel()
 		f := newRuleFixture(ruleCheckpoint(4), withPreparedVote(ruleCheckpoint(5), "a", epochA, committablesA), ruleCheckpoint(6))
 		before := f.snapshot()
-		f.round.Register("a", epochA+1)
+		f.register("a", epochA+1)
 		if got, w := changesOf(f.round), (changeList{statuses: []string{"4:aborted", "5:aborted", "6:aborted"}}); !got.equal(w) {
 			t.Errorf("changes %s, want %s", got, w)
 		}
@@ -1147,7 +1196,7 @@ func TestRegister(t *testing.T) {
 			t.Parallel()
 			f := c.build()
 			before := f.snapshot()
-			f.round.Register(c.participant, 9)
+			f.register(c.participant, 9)
 			for _, p := range unchangedProblems(before, f.all, f.round) {
 				t.Error(p)
 			}
@@ -1271,9 +1320,9 @@ func TestCommitOrder(t *testing.T) {
 	t.Parallel()
 	vote := func(t *testing.T, f *ruleFixture, id int64, name string) changeList {
 		t.Helper()
-		f.round.Changes = Changes{}
+		f.round.Mutation = Mutation{}
 		current := map[string]int64{"a": epochA, "b": epochB}[name]
-		if err := f.round.Vote(f.cp(id), name, current, Vote{Epoch: current, Kind: VotePrepared}); err != nil {
+		if err := f.vote(f.cp(id), name, current, Vote{Epoch: current, Kind: VotePrepared}); err != nil {
 			t.Fatalf("vote %d/%s: %v", id, name, err)
 		}
 		return changesOf(f.round)
@@ -1324,9 +1373,9 @@ func TestCommitOrder(t *testing.T) {
 			t.Errorf("last vote of 1: %s, want %s", got, w)
 		}
 		expectPreparing(t, f.round, 2, 3)
-		f.round.Changes = Changes{}
+		f.round.Mutation = Mutation{}
 		runRule(t, f, f.cp(3), func() error { return f.round.Commit(f.cp(3)) }, rejectedWith(CodeLowerCheckpointOpen))
-		f.round.Changes = Changes{}
+		f.round.Mutation = Mutation{}
 		runRule(t, f, f.cp(2), func() error { return f.round.Commit(f.cp(2)) }, outcome{changes: changeList{statuses: []string{"2:committing", "3:committing"}}})
 	})
 	t.Run("auto_commit off at the lowest is not committed by its last vote", func(t *testing.T) {
@@ -1347,8 +1396,8 @@ func TestCommitOrder(t *testing.T) {
 		vote(t, f, 2, "b")
 		vote(t, f, 3, "a")
 		vote(t, f, 3, "b")
-		f.round.Changes = Changes{}
-		if err := f.round.Vote(f.cp(1), "a", epochA, Vote{Epoch: epochA, Kind: VoteAbort}); err != nil {
+		f.round.Mutation = Mutation{}
+		if err := f.vote(f.cp(1), "a", epochA, Vote{Epoch: epochA, Kind: VoteAbort}); err != nil {
 			t.Fatal(err)
 		}
 		if got, w := changesOf(f.round), (changeList{votes: []string{"1/a"}, statuses: []string{"1:aborted", "2:aborted", "3:aborted"}}); !got.equal(w) {
@@ -1367,7 +1416,7 @@ func TestCommitOrder(t *testing.T) {
 			t.Error(p)
 		}
 		expectPreparing(t, f.round, 3, 4)
-		f.round.Changes = Changes{}
+		f.round.Mutation = Mutation{}
 		before = f.snapshot()
 		f.round.Advance()
 		for _, p := range unchangedProblems(before, f.all, f.round) {
@@ -1383,23 +1432,31 @@ func TestRejectionsCarryTheCheckpointAndChangeNothing(t *testing.T) {
 	cases := []struct {
 		name  string
 		state string
-		act   func(r *Round, cp *Checkpoint) error
+		act   func(r *JobState, cp *Checkpoint) error
 		code  Code
 	}{
-		{"vote, unknown participant", stateNoVotes, func(r *Round, cp *Checkpoint) error { return r.Vote(cp, "z", 1, Vote{Epoch: 1, Kind: VotePrepared}) }, CodeNotFound},
-		{"vote, not registered", stateNoVotes, func(r *Round, cp *Checkpoint) error { return r.Vote(cp, "a", 0, Vote{Epoch: 1, Kind: VotePrepared}) }, CodeNotRegistered},
-		{"vote, fenced", stateNoVotes, func(r *Round, cp *Checkpoint) error { return r.Vote(cp, "a", 2, Vote{Epoch: 1, Kind: VotePrepared}) }, CodeFenced},
-		{"vote, conflict", stateAPrepared, func(r *Round, cp *Checkpoint) error { return r.Vote(cp, "a", epochA, aAbort.vote) }, CodeVoteConflict},
-		{"vote, already decided", stateAbortedAPrepared, func(r *Round, cp *Checkpoint) error { return r.Vote(cp, "b", epochB, bPrepared.vote) }, CodeAlreadyDecided},
-		{"commit, votes missing", stateAPrepared, func(r *Round, cp *Checkpoint) error { return r.Commit(cp) }, CodeVotesMissing},
-		{"commit, lower open", stateAllPreparedLowerOpen, func(r *Round, cp *Checkpoint) error { return r.Commit(cp) }, CodeLowerCheckpointOpen},
-		{"commit, already decided", stateAbortedBAbort, func(r *Round, cp *Checkpoint) error { return r.Commit(cp) }, CodeAlreadyDecided},
-		{"abort, already decided", stateCommittingNoAcks, func(r *Round, cp *Checkpoint) error { return r.Abort(cp, "x") }, CodeAlreadyDecided},
-		{"abort, already committed", stateCommitted, func(r *Round, cp *Checkpoint) error { return r.Abort(cp, "x") }, CodeAlreadyDecided},
-		{"ack, not decided", stateAllPreparedManual, func(r *Round, cp *Checkpoint) error { return r.Ack(cp, "a", epochA, epochA) }, CodeNotDecided},
-		{"ack, fenced", stateCommittingNoAcks, func(r *Round, cp *Checkpoint) error { return r.Ack(cp, "a", epochA, 1) }, CodeFenced},
-		{"ack, not registered", stateCommittingNoAcks, func(r *Round, cp *Checkpoint) error { return r.Ack(cp, "a", 0, 1) }, CodeNotRegistered},
-		{"ack, unknown participant", stateCommittingNoAcks, func(r *Round, cp *Checkpoint) error { return r.Ack(cp, "z", 1, 1) }, CodeNotFound},
+		{"vote, unknown participant", stateNoVotes, func(r *JobState, cp *Checkpoint) error {
+			return withEpoch(r, "z", 1).Vote(cp, "z", Vote{Epoch: 1, Kind: VotePrepared})
+		}, CodeNotFound},
+		{"vote, not registered", stateNoVotes, func(r *JobState, cp *Checkpoint) error {
+			return withEpoch(r, "a", 0).Vote(cp, "a", Vote{Epoch: 1, Kind: VotePrepared})
+		}, CodeNotRegistered},
+		{"vote, fenced", stateNoVotes, func(r *JobState, cp *Checkpoint) error {
+			return withEpoch(r, "a", 2).Vote(cp, "a", Vote{Epoch: 1, Kind: VotePrepared})
+		}, CodeFenced},
+		{"vote, conflict", stateAPrepared, func(r *JobState, cp *Checkpoint) error { return withEpoch(r, "a", epochA).Vote(cp, "a", aAbort.vote) }, CodeVoteConflict},
+		{"vote, already decided", stateAbortedAPrepared, func(r *JobState, cp *Checkpoint) error {
+			return withEpoch(r, "b", epochB).Vote(cp, "b", bPrepared.vote)
+		}, CodeAlreadyDecided},
+		{"commit, votes missing", stateAPrepared, func(r *JobState, cp *Checkpoint) error { return r.Commit(cp) }, CodeVotesMissing},
+		{"commit, lower open", stateAllPreparedLowerOpen, func(r *JobState, cp *Checkpoint) error { return r.Commit(cp) }, CodeLowerCheckpointOpen},
+		{"commit, already decided", stateAbortedBAbort, func(r *JobState, cp *Checkpoint) error { return r.Commit(cp) }, CodeAlreadyDecided},
+		{"abort, already decided", stateCommittingNoAcks, func(r *JobState, cp *Checkpoint) error { return r.Abort(cp, "x") }, CodeAlreadyDecided},
+		{"abort, already committed", stateCommitted, func(r *JobState, cp *Checkpoint) error { return r.Abort(cp, "x") }, CodeAlreadyDecided},
+		{"ack, not decided", stateAllPreparedManual, func(r *JobState, cp *Checkpoint) error { return withEpoch(r, "a", epochA).Ack(cp, "a", epochA) }, CodeNotDecided},
+		{"ack, fenced", stateCommittingNoAcks, func(r *JobState, cp *Checkpoint) error { return withEpoch(r, "a", epochA).Ack(cp, "a", 1) }, CodeFenced},
+		{"ack, not registered", stateCommittingNoAcks, func(r *JobState, cp *Checkpoint) error { return withEpoch(r, "a", 0).Ack(cp, "a", 1) }, CodeNotRegistered},
+		{"ack, unknown participant", stateCommittingNoAcks, func(r *JobState, cp *Checkpoint) error { return withEpoch(r, "z", 1).Ack(cp, "z", 1) }, CodeNotFound},
 	}
 	seen := map[Code]bool{}
 	for _, c := range cases {
@@ -1569,7 +1626,7 @@ func TestPendingItems(t *testing.T) {
 	}
 	t.Run("a", func(t *testing.T) {
 		t.Parallel()
-		got := PendingItems(build(), "a")
+		got := PendingItems(ruleNow, build(), "a")
 		w := []PendingItem{
 			{Checkpoint: 2, Status: StatusCommitting, Action: ActionCommit, Committables: committablesA},
 			{Checkpoint: 7, Status: StatusAborted, Action: ActionAbort, Committables: json.RawMessage(`[1,{"x":[true,null]},"s"]`)},
@@ -1581,7 +1638,7 @@ func TestPendingItems(t *testing.T) {
 	})
 	t.Run("b", func(t *testing.T) {
 		t.Parallel()
-		got := PendingItems(build(), "b")
+		got := PendingItems(ruleNow, build(), "b")
 		w := []PendingItem{
 			{Checkpoint: 2, Status: StatusCommitting, Action: ActionCommit, Committables: committablesB},
 			{Checkpoint: 4, Status: StatusCommitting, Action: ActionCommit, Committables: committablesB},
@@ -1602,7 +1659,7 @@ func TestPendingItems(t *testing.T) {
 			if name == "not a participant" {
 				participant = "z"
 			}
-			got := PendingItems(cps, participant)
+			got := PendingItems(ruleNow, cps, participant)
 			if got == nil || len(got) != 0 {
 				t.Errorf("PendingItems = %#v, want []PendingItem{}", got)
 			}
@@ -1615,7 +1672,7 @@ func TestPendingItems(t *testing.T) {
 		for _, cp := range cps {
 			before = append(before, frozenCopy(cp))
 		}
-		PendingItems(cps, "a")
+		PendingItems(ruleNow, cps, "a")
 		for _, cp := range cps {
 			for _, b := range before {
 				if b.ID == cp.ID && !reflect.DeepEqual(b, frozenCopy(cp)) {
@@ -1671,25 +1728,25 @@ func (m *ruleModel) fail(t *rapid.T, problems []string, what string) {
 	}
 }
 
-// begin is Service.begin: a Round on the preparing checkpoints, expired ones aborted, the
-// changes checked and then cleared as Service.save clears them.
-func (m *ruleModel) begin(t *rapid.T) *Round {
-	r := &Round{Now: m.clock, Preparing: m.preparing()}
+// begin is Service.update's start: a JobState on the preparing checkpoints, expired ones
+// aborted, the changes checked and then cleared.
+func (m *ruleModel) begin(t *rapid.T) *JobState {
+	r := &JobState{Now: m.clock, Job: &Job{Name: "j", Epochs: m.epochs}, Preparing: m.preparing()}
 	before := takeRuleSnapshot(m.cps, r)
 	r.Expire()
 	m.fail(t, changeProblems(before, m.cps, r), "Expire")
-	for _, cp := range r.Statuses {
+	for _, cp := range r.Mutation.Statuses {
 		if cp.Status != StatusAborted {
 			t.Fatalf("Expire made checkpoint %d %s", cp.ID, cp.Status)
 		}
 	}
-	r.Changes = Changes{}
+	r.Mutation = Mutation{}
 	return r
 }
 
 // apply runs one rule about target and checks its error against the expected code and its
 // changes against what changed; a rejection must change nothing.
-func (m *ruleModel) apply(t *rapid.T, r *Round, target *Checkpoint, wantCode Code, rule func() error) {
+func (m *ruleModel) apply(t *rapid.T, r *JobState, target *Checkpoint, wantCode Code, rule func() error) {
 	t.Helper()
 	before := takeRuleSnapshot(m.cps, r)
 	err := rule()
@@ -1709,7 +1766,7 @@ func (m *ruleModel) apply(t *rapid.T, r *Round, target *Checkpoint, wantCode Cod
 	}
 	m.fail(t, changeProblems(before, m.cps, r), "changes")
 	var lastCommitted int64
-	for _, cp := range r.Statuses {
+	for _, cp := range r.Mutation.Statuses {
 		if cp.Status == StatusCommitting {
 			if cp.ID < lastCommitted {
 				t.Fatalf("commits out of order in one step: %s", describeChanges(r))
@@ -1781,7 +1838,7 @@ func (m *ruleModel) Vote(t *rapid.T) {
 	switch {
 	case p == nil:
 		code = CodeNotFound
-	case current == 0:
+	case current == 0 || v.Epoch == 0:
 		code = CodeNotRegistered
 	case v.Epoch != current:
 		code = CodeFenced
@@ -1791,7 +1848,7 @@ func (m *ruleModel) Vote(t *rapid.T) {
 		code = CodeAlreadyDecided
 	}
 	fresh := p != nil && p.Vote == ""
-	m.apply(t, r, cp, code, func() error { return r.Vote(cp, name, current, v) })
+	m.apply(t, r, cp, code, func() error { return r.Vote(cp, name, v) })
 	if code == "" && fresh {
 		if p.Vote != v.Kind || p.Epoch != v.Epoch || !bytes.Equal(p.Committables, committables) && v.Kind == VotePrepared {
 			t.Fatalf("vote recorded as %+v, sent %+v", *p, v)
@@ -1844,14 +1901,14 @@ func (m *ruleModel) Ack(t *rapid.T) {
 	switch {
 	case cp.Participant(name) == nil:
 		code = CodeNotFound
-	case current == 0:
+	case current == 0 || epoch == 0:
 		code = CodeNotRegistered
 	case epoch != current:
 		code = CodeFenced
 	case cp.Status == StatusPreparing:
 		code = CodeNotDecided
 	}
-	m.apply(t, r, cp, code, func() error { return r.Ack(cp, name, current, epoch) })
+	m.apply(t, r, cp, code, func() error { return r.Ack(cp, name, epoch) })
 	if code == "" && cp.Participant(name).AckedAt == nil {
 		t.Fatalf("ack accepted but not recorded")
 	}
@@ -1861,14 +1918,19 @@ func (m *ruleModel) Ack(t *rapid.T) {
 func (m *ruleModel) Register(t *rapid.T) {
 	r := m.begin(t)
 	name := rapid.SampledFrom(m.names).Draw(t, "participant")
-	m.epochs[name]++
+	want := m.epochs[name] + 1
 	var notVoted []*Checkpoint
 	for _, cp := range r.Preparing {
 		if cp.Participant(name).Vote == "" {
 			notVoted = append(notVoted, cp)
 		}
 	}
-	m.apply(t, r, nil, "", func() error { r.Register(name, m.epochs[name]); return nil })
+	m.apply(t, r, nil, "", func() error {
+		if got := r.Register(name); got != want {
+			t.Fatalf("Register(%s) = epoch %d, want %d", name, got, want)
+		}
+		return nil
+	})
 	for _, cp := range notVoted {
 		if cp.Status != StatusAborted {
 			t.Fatalf("checkpoint %d is %s after %s registered without having voted", cp.ID, cp.Status, name)

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"slices"
 	"time"
 )
 
@@ -142,24 +141,12 @@ func (s *Service) DeleteJob(ctx context.Context, name string) error {
 	if err := ValidateName("job", name); err != nil {
 		return err
 	}
-	err := s.store.Update(ctx, name, 0, func(tx JobTx) error {
-		round, err := s.begin(ctx, tx)
-		if err != nil {
-			return err
-		}
-		if err := s.save(ctx, tx, &round.Changes); err != nil {
-			return err
-		}
+	err := s.update(ctx, name, 0, func(st *JobState, tx JobTx) error {
 		owing, err := tx.Owing(ctx, "")
 		if err != nil {
 			return err
 		}
-		for _, cp := range owing {
-			if OwesAnything(cp) {
-				return reject(CodeJobBusy, nil, "job %s still has checkpoint %d %s with work owed; delete it once every participant acked", name, cp.ID, cp.Status)
-			}
-		}
-		return tx.DeleteJob(ctx)
+		return st.DeleteJob(owing)
 	})
 	return jobError(name, err)
 }
@@ -171,29 +158,16 @@ func (s *Service) Register(ctx context.Context, job, participant string) (*Pendi
 		return nil, err
 	}
 	var out *Pending
-	err := s.store.Update(ctx, job, 0, func(tx JobTx) error {
-		round, err := s.begin(ctx, tx)
+	err := s.update(ctx, job, 0, func(st *JobState, tx JobTx) error {
+		owing, err := tx.Owing(ctx, participant)
 		if err != nil {
 			return err
 		}
-		// What expired stands even if the registration is refused.
-		if err := s.save(ctx, tx, &round.Changes); err != nil {
+		if err := CheckParticipant(st.Job, owing, participant); err != nil {
 			return err
 		}
-		owing, err := s.checkParticipant(ctx, tx, participant)
-		if err != nil {
-			return err
-		}
-		epoch := tx.Job().Epoch(participant) + 1
-		if err := tx.SetEpoch(ctx, participant, epoch); err != nil {
-			return err
-		}
-		round.Register(participant, epoch)
-		aborted := round.Statuses
-		if err := s.save(ctx, tx, &round.Changes); err != nil {
-			return err
-		}
-		out = &Pending{Job: job, Participant: participant, Epoch: epoch, Items: PendingItems(merge(owing, aborted), participant)}
+		epoch := st.Register(participant)
+		out = &Pending{Job: job, Participant: participant, Epoch: epoch, Items: PendingItems(st.Now, current(st, owing), participant)}
 		return nil
 	})
 	if err != nil {
@@ -202,33 +176,23 @@ func (s *Service) Register(ctx context.Context, job, participant string) (*Pendi
 	return out, nil
 }
 
-// merge returns cps with the changed checkpoints replacing their stale copies.
-func merge(cps []*Checkpoint, changed []*Checkpoint) []*Checkpoint {
+// current returns cps (read before the rules ran) with the rules' copies in their place,
+// and the checkpoints the rules changed.
+func current(st *JobState, cps []*Checkpoint) []*Checkpoint {
 	byID := make(map[int64]*Checkpoint, len(cps))
 	for _, cp := range cps {
 		byID[cp.ID] = cp
 	}
-	for _, cp := range changed {
-		byID[cp.ID] = cp
+	for _, list := range [][]*Checkpoint{st.Preparing, st.Mutation.Statuses} {
+		for _, cp := range list {
+			byID[cp.ID] = cp
+		}
 	}
 	out := make([]*Checkpoint, 0, len(byID))
 	for _, cp := range byID {
 		out = append(out, cp)
 	}
 	return out
-}
-
-// checkParticipant returns ErrNotFound unless participant is configured for the job or
-// still has work owed on one of its checkpoints; it returns what it owes.
-func (s *Service) checkParticipant(ctx context.Context, tx JobTx, participant string) ([]*Checkpoint, error) {
-	owing, err := tx.Owing(ctx, participant)
-	if err != nil {
-		return nil, err
-	}
-	if slices.Contains(tx.Job().Config.Participants, participant) || len(owing) > 0 {
-		return owing, nil
-	}
-	return nil, reject(CodeNotFound, nil, "%q is not a participant of job %s", participant, tx.Job().Name)
 }
 
 // Pending lists what participant owes, oldest first, with its current epoch.
@@ -238,16 +202,14 @@ func (s *Service) Pending(ctx context.Context, job, participant string) (*Pendin
 	}
 	var out *Pending
 	err := s.store.View(ctx, job, func(tx JobTx) error {
-		owing, err := s.checkParticipant(ctx, tx, participant)
+		owing, err := tx.Owing(ctx, participant)
 		if err != nil {
 			return err
 		}
-		now := tx.Now()
-		// An expired checkpoint is no longer votable, even before the sweeper aborted it.
-		owing = slices.DeleteFunc(owing, func(cp *Checkpoint) bool {
-			return cp.Status == StatusPreparing && !now.Before(cp.Deadline)
-		})
-		out = &Pending{Job: job, Participant: participant, Epoch: tx.Job().Epoch(participant), Items: PendingItems(owing, participant)}
+		if err := CheckParticipant(tx.Job(), owing, participant); err != nil {
+			return err
+		}
+		out = &Pending{Job: job, Participant: participant, Epoch: tx.Job().Epoch(participant), Items: PendingItems(tx.Now(), owing, participant)}
 		return nil
 	})
 	if err != nil {
@@ -259,62 +221,30 @@ func (s *Service) Pending(ctx context.Context, job, participant string) (*Pendin
 // Prepare opens the job's next checkpoint. replayed is true when an Idempotency-Key
 // matched an earlier request, whose checkpoint is returned as it stands.
 func (s *Service) Prepare(ctx context.Context, job string, req PrepareRequest) (cp *Checkpoint, replayed bool, err error) {
-	var f fieldErrors
-	f.name("job", job)
-	validateTimeout(&f, req.Timeout)
-	if req.IdempotencyKey != "" && !validIdempotencyKey(req.IdempotencyKey) {
-		f.add("Idempotency-Key", "must be 1 to %d printable ASCII characters", MaxIdempotencyKeyLength)
-	}
-	if err := f.err(); err != nil {
+	if err := ValidatePrepare(job, req); err != nil {
 		return nil, false, err
 	}
-	err = s.store.Update(ctx, job, 0, func(tx JobTx) error {
-		round, err := s.begin(ctx, tx)
-		if err != nil {
-			return err
-		}
-		if err := s.save(ctx, tx, &round.Changes); err != nil {
-			return err
-		}
+	err = s.update(ctx, job, 0, func(st *JobState, tx JobTx) error {
+		var prior *IdempotencyRecord
 		if req.IdempotencyKey != "" {
 			rec, ok, err := tx.Idempotency(ctx, req.IdempotencyKey)
 			if err != nil {
 				return err
 			}
 			if ok {
-				if rec.Fingerprint != req.Fingerprint {
-					return reject(CodeIdempotencyConflict, nil, "Idempotency-Key %q was used with another request", req.IdempotencyKey)
-				}
-				cp, err = tx.Checkpoint(ctx, rec.Checkpoint)
-				replayed = true
-				return err
+				prior = &rec
 			}
 		}
-		j := tx.Job()
-		if n := len(round.Preparing); n >= j.Config.MaxConcurrentCheckpoints {
-			return reject(CodeTooManyCheckpoints, round.Preparing[n-1], "job %s has %d checkpoint(s) preparing, its max_concurrent_checkpoints", job, n)
+		opened, replay, err := st.Prepare(req, prior)
+		if err != nil || replay == 0 {
+			cp = opened
+			return err
 		}
-		timeout := j.Config.CheckpointTimeout
-		if req.Timeout != 0 {
-			timeout = req.Timeout
+		replayed = true
+		if cp = st.Find(replay); cp == nil {
+			cp, err = tx.Checkpoint(ctx, replay)
 		}
-		now := tx.Now()
-		cp = &Checkpoint{
-			Job:        job,
-			ID:         j.Seq + 1,
-			Status:     StatusPreparing,
-			CreatedAt:  now,
-			Deadline:   now.Add(timeout),
-			AutoCommit: j.Config.AutoCommit,
-		}
-		for _, p := range j.Config.Participants {
-			cp.Participants = append(cp.Participants, ParticipantState{Name: p})
-		}
-		var rec *IdempotencyRecord
-		if req.IdempotencyKey != "" {
-			rec = &IdempotencyRecord{Key: req.IdempotencyKey, Fingerprint: req.Fingerprint, Checkpoint: cp.ID}
-		}
-		return tx.InsertCheckpoint(ctx, cp, rec)
+		return err
 	})
 	if err != nil {
 		return nil, false, jobError(job, err)
@@ -382,24 +312,12 @@ func (s *Service) readCheckpoint(ctx context.Context, job string, id int64) (*Ch
 
 // Vote records a participant's vote and returns the checkpoint as it stands after it.
 func (s *Service) Vote(ctx context.Context, job string, id int64, participant string, v Vote) (*Checkpoint, error) {
-	if err := validateCheckpoint(job, id); err != nil {
+	v, err := ValidateVoteRequest(job, id, participant, v)
+	if err != nil {
 		return nil, err
 	}
-	if err := ValidateName("participant", participant); err != nil {
-		return nil, err
-	}
-	if err := ValidateVote(v); err != nil {
-		return nil, err
-	}
-	if len(v.Committables) > 0 {
-		compact, err := CompactJSON(v.Committables)
-		if err != nil {
-			return nil, &Error{Code: CodeInvalidRequest, Message: "committables are not valid JSON"}
-		}
-		v.Committables = compact
-	}
-	return s.onCheckpoint(ctx, job, id, func(r *Round, tx JobTx, cp *Checkpoint) error {
-		return r.Vote(cp, participant, tx.Job().Epoch(participant), v)
+	return s.onCheckpoint(ctx, job, id, func(st *JobState, cp *Checkpoint) error {
+		return st.Vote(cp, participant, v)
 	})
 }
 
@@ -408,65 +326,41 @@ func (s *Service) Commit(ctx context.Context, job string, id int64) (*Checkpoint
 	if err := validateCheckpoint(job, id); err != nil {
 		return nil, err
 	}
-	return s.onCheckpoint(ctx, job, id, func(r *Round, _ JobTx, cp *Checkpoint) error { return r.Commit(cp) })
+	return s.onCheckpoint(ctx, job, id, func(st *JobState, cp *Checkpoint) error { return st.Commit(cp) })
 }
 
 // Abort decides abort for a checkpoint (and every higher preparing one).
 func (s *Service) Abort(ctx context.Context, job string, id int64, reason string) (*Checkpoint, error) {
-	if err := validateCheckpoint(job, id); err != nil {
+	if err := ValidateAbort(job, id, reason); err != nil {
 		return nil, err
 	}
-	var f fieldErrors
-	validateReason(&f, reason)
-	if err := f.err(); err != nil {
-		return nil, err
-	}
-	return s.onCheckpoint(ctx, job, id, func(r *Round, _ JobTx, cp *Checkpoint) error { return r.Abort(cp, reason) })
+	return s.onCheckpoint(ctx, job, id, func(st *JobState, cp *Checkpoint) error { return st.Abort(cp, reason) })
 }
 
 // Ack records that a participant applied a checkpoint's decision.
 func (s *Service) Ack(ctx context.Context, job string, id int64, participant string, epoch int64) (*Checkpoint, error) {
-	if err := validateCheckpoint(job, id); err != nil {
+	if err := ValidateAck(job, id, participant, epoch); err != nil {
 		return nil, err
 	}
-	var f fieldErrors
-	f.name("participant", participant)
-	if epoch < 1 {
-		f.add("epoch", "must be 1 or more (the epoch that register returned)")
-	}
-	if err := f.err(); err != nil {
-		return nil, err
-	}
-	return s.onCheckpoint(ctx, job, id, func(r *Round, tx JobTx, cp *Checkpoint) error {
-		return r.Ack(cp, participant, tx.Job().Epoch(participant), epoch)
+	return s.onCheckpoint(ctx, job, id, func(st *JobState, cp *Checkpoint) error {
+		return st.Ack(cp, participant, epoch)
 	})
 }
 
-// onCheckpoint runs one rule on checkpoint id of job, inside the job's lock, and saves what
-// it changed. The checkpoint is returned as it stands after the rule.
-func (s *Service) onCheckpoint(ctx context.Context, job string, id int64, rule func(*Round, JobTx, *Checkpoint) error) (*Checkpoint, error) {
+// onCheckpoint runs one rule on checkpoint id of job (see update). The checkpoint is
+// returned as it stands after the rule.
+func (s *Service) onCheckpoint(ctx context.Context, job string, id int64, rule func(*JobState, *Checkpoint) error) (*Checkpoint, error) {
 	var out *Checkpoint
-	err := s.store.Update(ctx, job, id, func(tx JobTx) error {
-		round, err := s.begin(ctx, tx)
-		if err != nil {
-			return err
-		}
-		cp := findCheckpoint(id, round.Preparing, round.Statuses)
-		// What expired stands even if the request is refused.
-		if err := s.save(ctx, tx, &round.Changes); err != nil {
-			return err
-		}
+	err := s.update(ctx, job, id, func(st *JobState, tx JobTx) error {
+		cp := st.Find(id)
 		if cp == nil {
+			var err error
 			if cp, err = tx.Checkpoint(ctx, id); err != nil {
 				return checkpointError(job, id, err)
 			}
 		}
-		ruleErr := rule(round, tx, cp)
-		if err := s.save(ctx, tx, &round.Changes); err != nil {
-			return err
-		}
 		out = cp
-		return ruleErr
+		return rule(st, cp)
 	})
 	if err != nil {
 		return nil, jobError(job, err)
@@ -474,49 +368,28 @@ func (s *Service) onCheckpoint(ctx context.Context, job string, id int64, rule f
 	return out, nil
 }
 
-// findCheckpoint returns checkpoint id from the round's lists, nil if it is in neither.
-func findCheckpoint(id int64, lists ...[]*Checkpoint) *Checkpoint {
-	for _, list := range lists {
-		for _, cp := range list {
-			if cp.ID == id {
-				return cp
-			}
-		}
-	}
-	return nil
-}
-
-// begin loads the job's preparing checkpoints and aborts the expired ones, so that no rule
-// ever decides on a checkpoint whose deadline passed (rule 6).
-func (s *Service) begin(ctx context.Context, tx JobTx) (*Round, error) {
-	preparing, err := tx.Preparing(ctx)
-	if err != nil {
-		return nil, err
-	}
-	round := &Round{Now: tx.Now(), Preparing: preparing}
-	round.Expire()
-	return round, nil
-}
-
-// save writes what a round changed, and resets it so it can be saved again.
-func (s *Service) save(ctx context.Context, tx JobTx, c *Changes) error {
-	for _, v := range c.Votes {
-		if err := tx.SaveVote(ctx, v.Checkpoint, v.Participant); err != nil {
+// update runs decide on the job's state inside its lock and has the store write what the
+// rules decided. The state is loaded and expired checkpoints aborted first, so that no rule
+// ever decides on a checkpoint whose deadline passed (rule 6); what expired is written even
+// if decide refuses the request. checkpoint, when not 0, is the one decide is about (a
+// store may read it with the job).
+func (s *Service) update(ctx context.Context, job string, checkpoint int64, decide func(*JobState, JobTx) error) error {
+	return s.store.Update(ctx, job, checkpoint, func(tx JobTx) error {
+		preparing, err := tx.Preparing(ctx)
+		if err != nil {
 			return err
 		}
-	}
-	for _, a := range c.Acks {
-		if err := tx.SaveAck(ctx, a.Checkpoint, a.Participant); err != nil {
+		st := &JobState{Now: tx.Now(), Job: CloneJob(tx.Job()), Preparing: preparing}
+		st.Expire()
+		decideErr := decide(st, tx)
+		if decideErr != nil && !IsRejection(decideErr) {
+			return decideErr
+		}
+		if err := tx.Apply(ctx, &st.Mutation); err != nil {
 			return err
 		}
-	}
-	for _, cp := range c.Statuses {
-		if err := tx.SaveStatus(ctx, cp); err != nil {
-			return err
-		}
-	}
-	*c = Changes{Statuses: c.Statuses[:0:0]}
-	return nil
+		return decideErr
+	})
 }
 
 // SweepExpired aborts every checkpoint whose deadline passed, on every job, and returns
@@ -527,15 +400,11 @@ func (s *Service) SweepExpired(ctx context.Context) (int, error) {
 		return 0, fmt.Errorf("find expired checkpoints: %w", err)
 	}
 	for _, job := range jobs {
-		err := s.store.Update(ctx, job, 0, func(tx JobTx) error {
-			round, err := s.begin(ctx, tx)
-			if err != nil {
-				return err
-			}
-			for _, cp := range round.Statuses {
+		err := s.update(ctx, job, 0, func(st *JobState, _ JobTx) error {
+			for _, cp := range st.Mutation.Statuses {
 				s.logger.Info("checkpoint expired", "job", job, "checkpoint", cp.ID, "reason", cp.AbortReason)
 			}
-			return s.save(ctx, tx, &round.Changes)
+			return nil
 		})
 		if err != nil && !errors.Is(err, ErrNotFound) {
 			return 0, fmt.Errorf("abort expired checkpoints of %s: %w", job, err)
@@ -558,22 +427,6 @@ func (s *Service) RunSweeper(ctx context.Context, interval time.Duration) {
 			}
 		}
 	}
-}
-
-func validateNames(job, participant string) error {
-	var f fieldErrors
-	f.name("job", job)
-	f.name("participant", participant)
-	return f.err()
-}
-
-func validateCheckpoint(job string, id int64) error {
-	var f fieldErrors
-	f.name("job", job)
-	if id < 1 {
-		f.add("id", "checkpoint ids start at 1")
-	}
-	return f.err()
 }
 
 func jobError(job string, err error) error {

@@ -75,20 +75,10 @@ type JobTx interface {
 	Owing(ctx context.Context, participant string) ([]*Checkpoint, error)
 	// Idempotency returns what an Idempotency-Key opened, ok false if it is unknown.
 	Idempotency(ctx context.Context, key string) (rec IdempotencyRecord, ok bool, err error)
-	// InsertCheckpoint stores a new checkpoint with its participants and sets the job's Seq
-	// to its id; rec, if not nil, records the Idempotency-Key that opened it. cp.Seq is
-	// assigned by the time the update has committed (not necessarily on return).
-	InsertCheckpoint(ctx context.Context, cp *Checkpoint, rec *IdempotencyRecord) error
-	// SaveVote stores participant p's vote fields (Epoch, Vote, Reason, Committables, VotedAt).
-	SaveVote(ctx context.Context, cp *Checkpoint, p *ParticipantState) error
-	// SaveAck stores participant p's AckedAt.
-	SaveAck(ctx context.Context, cp *Checkpoint, p *ParticipantState) error
-	// SaveStatus stores cp's Status, DecidedAt, CompletedAt and AbortReason, and announces
-	// the change to subscribers once the transaction commits.
-	SaveStatus(ctx context.Context, cp *Checkpoint) error
-	// SetEpoch stores participant's new epoch.
-	SetEpoch(ctx context.Context, participant string, epoch int64) error
-	// DeleteJob deletes the job and its checkpoints; the job's Seq and epochs are kept so
-	// that neither is reused if the job is created again.
-	DeleteJob(ctx context.Context) error
+	// Apply writes what the rules decided (see Mutation): a new checkpoint with its
+	// participants and Idempotency-Key, epochs, votes, acks, statuses, the job deleted. The
+	// checkpoints whose status changed are announced to subscribers once the transaction
+	// commits. m.Opened.Seq is assigned by the time the update has committed (not
+	// necessarily on return). A store may keep m until then: the caller does not change it.
+	Apply(ctx context.Context, m *Mutation) error
 }

@@ -89,12 +89,12 @@ func validateTimeout(f *fieldErrors, d time.Duration) {
 	}
 }
 
-// ValidateVote checks a vote's shape; the rules check it against the checkpoint.
+// ValidateVote checks a vote's shape; the rules check it against the checkpoint. Epoch 0
+// is no bad input: it is the epoch of a participant that never registered, which the rules
+// refuse with not_registered.
 func ValidateVote(v Vote) error {
 	var f fieldErrors
-	if v.Epoch < 1 {
-		f.add("epoch", "must be 1 or more (the epoch that register returned)")
-	}
+	validateEpoch(&f, v.Epoch)
 	switch v.Kind {
 	case VotePrepared:
 		if v.Reason != "" {
@@ -114,6 +114,82 @@ func ValidateVote(v Vote) error {
 		f.add("vote", "must be %q or %q", VotePrepared, VoteAbort)
 	}
 	validateReason(&f, v.Reason)
+	return f.err()
+}
+
+func validateEpoch(f *fieldErrors, epoch int64) {
+	if epoch < 0 {
+		f.add("epoch", "must be 0 or more (the epoch that register returned)")
+	}
+}
+
+// ValidateVoteRequest checks a vote on checkpoint id of job by participant, and returns it
+// with its committables compacted (so that the same values compare equal byte for byte).
+func ValidateVoteRequest(job string, id int64, participant string, v Vote) (Vote, error) {
+	if err := validateCheckpoint(job, id); err != nil {
+		return v, err
+	}
+	if err := ValidateName("participant", participant); err != nil {
+		return v, err
+	}
+	if err := ValidateVote(v); err != nil {
+		return v, err
+	}
+	if len(v.Committables) > 0 {
+		compact, err := CompactJSON(v.Committables)
+		if err != nil {
+			return v, &Error{Code: CodeInvalidRequest, Message: "committables are not valid JSON"}
+		}
+		v.Committables = compact
+	}
+	return v, nil
+}
+
+// ValidateAck checks an ack of checkpoint id of job by participant with epoch.
+func ValidateAck(job string, id int64, participant string, epoch int64) error {
+	if err := validateCheckpoint(job, id); err != nil {
+		return err
+	}
+	var f fieldErrors
+	f.name("participant", participant)
+	validateEpoch(&f, epoch)
+	return f.err()
+}
+
+// ValidateAbort checks an abort of checkpoint id of job, with its reason.
+func ValidateAbort(job string, id int64, reason string) error {
+	if err := validateCheckpoint(job, id); err != nil {
+		return err
+	}
+	var f fieldErrors
+	validateReason(&f, reason)
+	return f.err()
+}
+
+// ValidatePrepare checks a request to open a checkpoint of job.
+func ValidatePrepare(job string, req PrepareRequest) error {
+	var f fieldErrors
+	f.name("job", job)
+	validateTimeout(&f, req.Timeout)
+	if req.IdempotencyKey != "" && !validIdempotencyKey(req.IdempotencyKey) {
+		f.add("Idempotency-Key", "must be 1 to %d printable ASCII characters", MaxIdempotencyKeyLength)
+	}
+	return f.err()
+}
+
+func validateNames(job, participant string) error {
+	var f fieldErrors
+	f.name("job", job)
+	f.name("participant", participant)
+	return f.err()
+}
+
+func validateCheckpoint(job string, id int64) error {
+	var f fieldErrors
+	f.name("job", job)
+	if id < 1 {
+		f.add("id", "checkpoint ids start at 1")
+	}
 	return f.err()
 }
 

@@ -67,7 +67,7 @@ func FuzzValidateVote(f *testing.F) {
 			}
 			return
 		}
-		if epoch < 1 || (kind != "prepared" && kind != "abort") {
+		if epoch < 0 || (kind != "prepared" && kind != "abort") {
 			t.Fatalf("accepted epoch %d, vote %q", epoch, kind)
 		}
 		if len(reason) > MaxReasonLength || strings.ContainsRune(reason, 0) || !utf8.ValidString(reason) {

@@ -225,7 +225,7 @@ func TestValidateVote(t *testing.T) {
 		{"abort with invalid UTF-8 in the reason", Vote{Epoch: 1, Kind: VoteAbort, Reason: "disk \xff full"}, []string{"reason"}},
 		{"abort with a reason too long and with NUL", Vote{Epoch: 1, Kind: VoteAbort, Reason: strings.Repeat("\x00", 1025)}, []string{"reason", "reason"}},
 		{"abort with other control characters in the reason", Vote{Epoch: 1, Kind: VoteAbort, Reason: "line\nbreak\ttab"}, nil},
-		{"epoch 0", prepared(0, `[]`), []string{"epoch"}},
+		{"epoch 0 (never registered: the rules refuse it, not the validation)", prepared(0, `[]`), nil},
 		{"epoch -1", Vote{Epoch: -1, Kind: VoteAbort}, []string{"epoch"}},
 		{"no kind", Vote{Epoch: 1}, []string{"vote"}},
 		{"unknown kind", Vote{Epoch: 1, Kind: "commit"}, []string{"vote"}},
@@ -240,7 +240,7 @@ func TestValidateVote(t *testing.T) {
 		{"committables not JSON", prepared(1, `[1,`), []string{"committables"}},
 		{"committables two arrays", prepared(1, `[][]`), []string{"committables"}},
 		{"abort with committables", Vote{Epoch: 1, Kind: VoteAbort, Committables: json.RawMessage(`[]`)}, []string{"committables"}},
-		{"everything wrong at once", Vote{Epoch: 0, Kind: VoteAbort, Committables: json.RawMessage(`[1]`), Reason: strings.Repeat("r", 2000)}, []string{"epoch", "committables", "reason"}},
+		{"everything wrong at once", Vote{Epoch: -1, Kind: VoteAbort, Committables: json.RawMessage(`[1]`), Reason: strings.Repeat("r", 2000)}, []string{"epoch", "committables", "reason"}},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {

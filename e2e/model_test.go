@@ -305,7 +305,7 @@ func (w *world) prepare(op prepareOp, at time.Time) outcome {
 // epochCheck is fencing (rule 5).
 func (w *world) epochCheck(cp *mCheckpoint, p string, epoch int64) *outcome {
 	switch current := w.Epochs[p]; {
-	case current == 0:
+	case current == 0 || epoch == 0:
 		o := problem(409, "not_registered", cp)
 		return &o
 	case epoch != current:
@@ -954,10 +954,13 @@ func (m *modelRun) actions() map[string]func(*rapid.T) {
 		}
 		return rapid.SampledFrom(w0().Participants).Draw(t, "participant")
 	}
-	// pickEpoch is mostly the current epoch, sometimes a stale or a future one.
+	// pickEpoch is mostly the current epoch, sometimes a stale or a future one, or 0 (that
+	// of a participant that never registered).
 	pickEpoch := func(t *rapid.T, p string) int64 {
 		current := w0().Epochs[p]
-		switch rapid.IntRange(0, 9).Draw(t, "epoch") {
+		switch rapid.IntRange(0, 10).Draw(t, "epoch") {
+		case 10:
+			return 0
 		case 9:
 			return max(1, current-1)
 		case 8:
@@ -1046,7 +1049,7 @@ func (m *modelRun) actions() map[string]func(*rapid.T) {
 				r      request
 				status int
 			}{
-				{request{method: "PUT", path: votePath(m.job, 1, "alpha"), body: `{"epoch":0,"vote":"prepared"}`}, 400},
+				{request{method: "PUT", path: votePath(m.job, 1, "alpha"), body: `{"epoch":-1,"vote":"prepared"}`}, 400},
 				{request{method: "PUT", path: votePath(m.job, 1, "alpha"), body: `{"epoch":1,"vote":"prepared","x":1}`}, 400},
 				{request{method: "PUT", path: votePath(m.job, 1, "alpha"), body: `{"epoch":1,"vote":"prepared"}`, contentType: "text/plain"}, 415},
 				{request{method: "PUT", path: votePath(m.job, 0, "alpha"), body: `{"epoch":1,"vote":"prepared"}`}, 400},

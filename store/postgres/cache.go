@@ -2,7 +2,6 @@ package postgres
 
 import (
 	"errors"
-	"maps"
 	"sync"
 	"time"
 
@@ -239,7 +238,7 @@ func (t *jobTx) cacheState(version int64) *jobState {
 	if len(known) > maxCachedCheckpoints {
 		return nil
 	}
-	return &jobState{version: version, job: cloneJob(t.job), known: known, lastNow: t.now}
+	return &jobState{version: version, job: coordinator.CloneJob(t.job), known: known, lastNow: t.now}
 }
 
 // resume begins t from a cached state, as carry does from the update before it.
@@ -248,12 +247,5 @@ func (t *jobTx) resume(st *jobState, now, nowAt time.Time, hint int64) {
 	for id, cp := range st.known {
 		known[id] = cp.Clone()
 	}
-	t.startFrom(cloneJob(st.job), known, now, nowAt, hint)
-}
-
-// cloneJob copies a job's row and epochs, for a state that outlives the update that read it.
-func cloneJob(j *coordinator.Job) *coordinator.Job {
-	out := *j
-	out.Epochs = maps.Clone(j.Epochs)
-	return &out
+	t.startFrom(coordinator.CloneJob(st.job), known, now, nowAt, hint)
 }

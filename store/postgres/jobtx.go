@@ -1,7 +1,6 @@
 package postgres
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -316,7 +315,7 @@ func (t *jobTx) carry(next *jobTx, hint int64) bool {
 		return false
 	}
 	next.version = t.version
-	next.startFrom(cloneJob(t.job), t.known, t.now.Add(time.Since(t.nowAt)).Truncate(time.Microsecond), t.nowAt, hint)
+	next.startFrom(coordinator.CloneJob(t.job), t.known, t.now.Add(time.Since(t.nowAt)).Truncate(time.Microsecond), t.nowAt, hint)
 	t.known = nil
 	return true
 }
@@ -344,16 +343,6 @@ func (t *jobTx) remember(cps ...*coordinator.Checkpoint) {
 			t.known[cp.ID] = cp.Clone()
 		}
 	}
-}
-
-// knownCheckpoint returns the copy in known of a checkpoint being written; if there is
-// none, known no longer tells the job's state: it is neither carried nor cached.
-func (t *jobTx) knownCheckpoint(id int64) *coordinator.Checkpoint {
-	cp := t.known[id]
-	if cp == nil {
-		t.carryable, t.cacheable = false, false
-	}
-	return cp
 }
 
 // readState reads the job's epochs and checkpoints again, under its lock (stateSQL), when
@@ -636,30 +625,86 @@ func (t *jobTx) Idempotency(ctx context.Context, key string) (coordinator.Idempo
 	return rec, true, results.Close()
 }
 
-func (t *jobTx) InsertCheckpoint(ctx context.Context, cp *coordinator.Checkpoint, rec *coordinator.IdempotencyRecord) error {
+// Apply queues the statements that write what the rules decided, to go with the next read
+// or with COMMIT, and replays m on known (coordinator.Mutation.Apply), so that known
+// follows the job's state without rebuilding any of the rules' results.
+func (t *jobTx) Apply(ctx context.Context, m *coordinator.Mutation) error {
 	if err := t.writable(); err != nil {
 		return err
 	}
-	// Its Seq is known only once the statement ran: no update of this batch can start
-	// from known after this one, but the batch's successor can (cacheable).
-	t.carryable = false
-	var k *coordinator.Checkpoint
-	if t.known != nil {
-		k = cp.Clone()
-		t.known[cp.ID] = k
+	if m.Empty() {
+		return nil
 	}
+	known := t.known
+	if known == nil {
+		known = map[int64]*coordinator.Checkpoint{}
+	}
+	if !m.Apply(t.job, known) {
+		// A change to a checkpoint this transaction did not read: known no longer tells the
+		// job's state.
+		t.carryable, t.cacheable = false, false
+	}
+	if m.Opened != nil {
+		t.queueInsert(m.Opened, m.Idempotency, known[m.Opened.ID])
+	}
+	for _, e := range m.Epochs {
+		t.queue.add("set epoch of "+e.Participant, setEpochSQL, t.job.Name, e.Participant, e.Epoch)
+	}
+	for _, v := range m.Votes {
+		p := &v.Participant
+		var committables *string
+		if p.Committables != nil {
+			s := string(p.Committables)
+			committables = &s
+		}
+		t.recorded = append(t.recorded, recorded{job: t.job.Name, id: v.Checkpoint})
+		t.addParticipantWrite(fmt.Sprintf("save vote of %s on %d", p.Name, v.Checkpoint), v.Checkpoint, saveVoteSQL,
+			t.job.Name, v.Checkpoint, p.Name, p.Epoch, nullable(string(p.Vote)), nullable(p.Reason), committables, p.VotedAt)
+	}
+	for _, a := range m.Acks {
+		p := &a.Participant
+		t.recorded = append(t.recorded, recorded{job: t.job.Name, id: a.Checkpoint, ack: true})
+		t.addParticipantWrite(fmt.Sprintf("save ack of %s on %d", p.Name, a.Checkpoint), a.Checkpoint, saveAckSQL,
+			t.job.Name, a.Checkpoint, p.Name, p.AckedAt)
+	}
+	for _, cp := range m.Statuses {
+		t.queueStatus(cp)
+	}
+	if m.JobDeleted {
+		t.carryable, t.cacheable = false, false
+		t.queue.add("delete checkpoints", "DELETE FROM checkpoints WHERE job = $1", t.job.Name)
+		t.queue.add("delete job", "UPDATE jobs SET deleted = true, updated_at = clock_timestamp() WHERE name = $1", t.job.Name)
+	}
+	return nil
+}
+
+// queueInsert queues a new checkpoint, its participants, the job's seq if it grows, and the
+// Idempotency-Key that opened it (rec, if not nil). Its Seq is known only once the statement
+// ran, when it is set on cp and on its copy in known (k, if not nil): no update of this batch
+// can start from known after this one, but the batch's successor can (cacheable).
+func (t *jobTx) queueInsert(cp *coordinator.Checkpoint, rec *coordinator.IdempotencyRecord, k *coordinator.Checkpoint) {
+	t.carryable = false
 	names := make([]string, len(cp.Participants))
 	for i, p := range cp.Participants {
 		names[i] = p.Name
 	}
-	// One statement: the checkpoint, its participants, and the job's seq if it grows.
 	t.queue.addScan(fmt.Sprintf("insert checkpoint %d", cp.ID), func(row pgx.Row) error {
 		err := row.Scan(&cp.Seq)
 		if k != nil {
 			k.Seq = cp.Seq
 		}
 		return err
-	}, `
+	}, insertCheckpointSQL,
+		t.job.Name, cp.ID, string(cp.Status), cp.AutoCommit, cp.CreatedAt, cp.Deadline, cp.DecidedAt, cp.CompletedAt, nullable(cp.AbortReason), names)
+	if rec != nil {
+		t.queue.add("record idempotency key", "INSERT INTO idempotency_keys (job, key, fingerprint, checkpoint_id) VALUES ($1, $2, $3, $4)",
+			t.job.Name, rec.Key, rec.Fingerprint, rec.Checkpoint)
+	}
+}
+
+// insertCheckpointSQL is one statement: the checkpoint, its participants, and the job's seq
+// if it grows.
+const insertCheckpointSQL = `
 		WITH c AS (
 			INSERT INTO checkpoints (job, id, status, auto_commit, created_at, deadline, decided_at, completed_at, abort_reason)
 			VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9) RETURNING seq),
@@ -668,15 +713,11 @@ func (t *jobTx) InsertCheckpoint(ctx context.Context, cp *coordinator.Checkpoint
 			SELECT $1, $2, n.ord, n.name FROM unnest($10::text[]) WITH ORDINALITY AS n(name, ord)),
 		j AS (
 			UPDATE jobs SET seq = $2 WHERE name = $1 AND seq < $2)
-		SELECT seq FROM c`,
-		t.job.Name, cp.ID, string(cp.Status), cp.AutoCommit, cp.CreatedAt, cp.Deadline, cp.DecidedAt, cp.CompletedAt, nullable(cp.AbortReason), names)
-	t.job.Seq = max(t.job.Seq, cp.ID)
-	if rec != nil {
-		t.queue.add("record idempotency key", "INSERT INTO idempotency_keys (job, key, fingerprint, checkpoint_id) VALUES ($1, $2, $3, $4)",
-			t.job.Name, rec.Key, rec.Fingerprint, rec.Checkpoint)
-	}
-	return nil
-}
+		SELECT seq FROM c`
+
+const setEpochSQL = `
+		INSERT INTO participant_epochs (job, participant, epoch) VALUES ($1, $2, $3)
+		ON CONFLICT (job, participant) DO UPDATE SET epoch = EXCLUDED.epoch`
 
 func nullable(s string) *string {
 	if s == "" {
@@ -695,73 +736,27 @@ const (
 
 // participantWrite is the last statement queued, when it is a participant write.
 type participantWrite struct {
-	job    string
 	id     int64
 	sql    string
 	args   []any
 	queued int // the queue's length once it was queued
 }
 
-func (t *jobTx) SaveVote(ctx context.Context, cp *coordinator.Checkpoint, p *coordinator.ParticipantState) error {
-	if err := t.writable(); err != nil {
-		return err
-	}
-	var committables *string
-	if p.Committables != nil {
-		s := string(p.Committables)
-		committables = &s
-	}
-	if k := t.knownParticipant(cp.ID, p.Name); k != nil {
-		k.Epoch, k.Vote, k.Reason, k.Committables, k.VotedAt = p.Epoch, p.Vote, p.Reason, bytes.Clone(p.Committables), p.VotedAt
-	}
-	t.recorded = append(t.recorded, recorded{job: cp.Job, id: cp.ID})
-	t.addParticipantWrite(fmt.Sprintf("save vote of %s on %d", p.Name, cp.ID), cp, saveVoteSQL,
-		cp.Job, cp.ID, p.Name, p.Epoch, nullable(string(p.Vote)), nullable(p.Reason), committables, p.VotedAt)
-	return nil
-}
-
-func (t *jobTx) SaveAck(ctx context.Context, cp *coordinator.Checkpoint, p *coordinator.ParticipantState) error {
-	if err := t.writable(); err != nil {
-		return err
-	}
-	if k := t.knownParticipant(cp.ID, p.Name); k != nil {
-		k.AckedAt = p.AckedAt
-	}
-	t.recorded = append(t.recorded, recorded{job: cp.Job, id: cp.ID, ack: true})
-	t.addParticipantWrite(fmt.Sprintf("save ack of %s on %d", p.Name, cp.ID), cp, saveAckSQL, cp.Job, cp.ID, p.Name, p.AckedAt)
-	return nil
-}
-
-// knownParticipant is knownCheckpoint for one participant of it.
-func (t *jobTx) knownParticipant(id int64, name string) *coordinator.ParticipantState {
-	if cp := t.knownCheckpoint(id); cp != nil {
-		if p := cp.Participant(name); p != nil {
-			return p
-		}
-		t.carryable, t.cacheable = false, false
-	}
-	return nil
-}
-
-func (t *jobTx) addParticipantWrite(what string, cp *coordinator.Checkpoint, sql string, args ...any) {
+func (t *jobTx) addParticipantWrite(what string, id int64, sql string, args ...any) {
 	t.queue.add(what, sql, args...)
-	t.lastWrite = &participantWrite{job: cp.Job, id: cp.ID, sql: sql, args: args, queued: len(t.queue.what)}
+	t.lastWrite = &participantWrite{id: id, sql: sql, args: args, queued: len(t.queue.what)}
 }
 
-func (t *jobTx) SaveStatus(ctx context.Context, cp *coordinator.Checkpoint) error {
-	if err := t.writable(); err != nil {
-		return err
-	}
-	if k := t.knownCheckpoint(cp.ID); k != nil {
-		k.Status, k.DecidedAt, k.CompletedAt, k.AbortReason = cp.Status, cp.DecidedAt, cp.CompletedAt, cp.AbortReason
-	}
+// queueStatus queues cp's status and decision fields, and the announcement of the change
+// to other processes, and keeps cp to publish to this process's waiters once committed.
+func (t *jobTx) queueStatus(cp *coordinator.Checkpoint) {
 	key := t.origin + " " + coordinator.BrokerKey(cp.Job, cp.ID)
 	what := fmt.Sprintf("save status of %d", cp.ID)
 	status := `
 		UPDATE checkpoints SET status = $3, decided_at = $4, completed_at = $5, abort_reason = $6
 		WHERE job = $1 AND id = $2`
 	args := []any{cp.Job, cp.ID, string(cp.Status), cp.DecidedAt, cp.CompletedAt, nullable(cp.AbortReason), key}
-	if w := t.lastWrite; w != nil && w.job == cp.Job && w.id == cp.ID && w.queued == len(t.queue.what) && w.queued > 0 {
+	if w := t.lastWrite; w != nil && w.id == cp.ID && w.queued == len(t.queue.what) && w.queued > 0 {
 		// The vote or ack that caused it was the last statement queued: one statement for
 		// both (they change different tables, so neither needs to see the other).
 		n := len(w.args)
@@ -776,26 +771,4 @@ func (t *jobTx) SaveStatus(ctx context.Context, cp *coordinator.Checkpoint) erro
 	}
 	t.lastWrite = nil
 	t.decided = append(t.decided, cp.Clone())
-	return nil
-}
-
-func (t *jobTx) SetEpoch(ctx context.Context, participant string, epoch int64) error {
-	if err := t.writable(); err != nil {
-		return err
-	}
-	t.queue.add("set epoch of "+participant, `
-		INSERT INTO participant_epochs (job, participant, epoch) VALUES ($1, $2, $3)
-		ON CONFLICT (job, participant) DO UPDATE SET epoch = EXCLUDED.epoch`, t.job.Name, participant, epoch)
-	t.job.Epochs[participant] = epoch
-	return nil
-}
-
-func (t *jobTx) DeleteJob(ctx context.Context) error {
-	if err := t.writable(); err != nil {
-		return err
-	}
-	t.carryable, t.cacheable = false, false
-	t.queue.add("delete checkpoints", "DELETE FROM checkpoints WHERE job = $1", t.job.Name)
-	t.queue.add("delete job", "UPDATE jobs SET deleted = true, updated_at = clock_timestamp() WHERE name = $1", t.job.Name)
-	return nil
 }

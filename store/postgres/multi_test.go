@@ -204,7 +204,7 @@ func TestUpdateWaitsForAnotherCoordinatorsChanges(t *testing.T) {
 				p := cp.Participant("pa")
 				now := tx.Now()
 				p.Epoch, p.Vote, p.VotedAt, p.Committables = epochs["pa"], coordinator.VotePrepared, &now, []byte(`["a"]`)
-				if err := tx.SaveVote(ctx, cp, p); err != nil {
+				if err := tx.Apply(ctx, &coordinator.Mutation{Votes: []coordinator.ParticipantChange{{Checkpoint: cp.ID, Participant: *p}}}); err != nil {
 					return err
 				}
 				close(holding)

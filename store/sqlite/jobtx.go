@@ -167,10 +167,43 @@ func nullable(s string) any {
 	return s
 }
 
-func (t *jobTx) InsertCheckpoint(ctx context.Context, cp *coordinator.Checkpoint, rec *coordinator.IdempotencyRecord) error {
+// Apply writes what the rules decided, one statement per change.
+func (t *jobTx) Apply(ctx context.Context, m *coordinator.Mutation) error {
 	if err := t.writable(); err != nil {
 		return err
 	}
+	if m.Opened != nil {
+		if err := t.insertCheckpoint(ctx, m.Opened, m.Idempotency); err != nil {
+			return err
+		}
+	}
+	for _, e := range m.Epochs {
+		if err := t.setEpoch(ctx, e.Participant, e.Epoch); err != nil {
+			return err
+		}
+	}
+	for _, v := range m.Votes {
+		if err := t.saveVote(ctx, v.Checkpoint, &v.Participant); err != nil {
+			return err
+		}
+	}
+	for _, a := range m.Acks {
+		if err := t.saveAck(ctx, a.Checkpoint, &a.Participant); err != nil {
+			return err
+		}
+	}
+	for _, cp := range m.Statuses {
+		if err := t.saveStatus(ctx, cp); err != nil {
+			return err
+		}
+	}
+	if m.JobDeleted {
+		return t.deleteJob(ctx)
+	}
+	return nil
+}
+
+func (t *jobTx) insertCheckpoint(ctx context.Context, cp *coordinator.Checkpoint, rec *coordinator.IdempotencyRecord) error {
 	err := t.tx.QueryRowContext(ctx, `
 		INSERT INTO checkpoints (job, id, status, auto_commit, created_at, deadline, decided_at, completed_at, abort_reason)
 		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?) RETURNING seq`,
@@ -210,10 +243,7 @@ func (t *jobTx) InsertCheckpoint(ctx context.Context, cp *coordinator.Checkpoint
 	return nil
 }
 
-func (t *jobTx) SaveVote(ctx context.Context, cp *coordinator.Checkpoint, p *coordinator.ParticipantState) error {
-	if err := t.writable(); err != nil {
-		return err
-	}
+func (t *jobTx) saveVote(ctx context.Context, cp int64, p *coordinator.ParticipantState) error {
 	var committables any
 	if p.Committables != nil {
 		committables = string(p.Committables)
@@ -221,31 +251,25 @@ func (t *jobTx) SaveVote(ctx context.Context, cp *coordinator.Checkpoint, p *coo
 	_, err := t.tx.ExecContext(ctx, `
 		UPDATE checkpoint_participants SET epoch = ?4, vote = ?5, reason = ?6, committables = ?7, voted_at = ?8
 		WHERE job = ?1 AND checkpoint_id = ?2 AND participant = ?3`,
-		cp.Job, cp.ID, p.Name, p.Epoch, nullable(string(p.Vote)), nullable(p.Reason), committables, micros(p.VotedAt))
+		t.job.Name, cp, p.Name, p.Epoch, nullable(string(p.Vote)), nullable(p.Reason), committables, micros(p.VotedAt))
 	if err != nil {
-		return fmt.Errorf("save vote of %s on %d: %w", p.Name, cp.ID, err)
+		return fmt.Errorf("save vote of %s on %d: %w", p.Name, cp, err)
 	}
 	return nil
 }
 
-func (t *jobTx) SaveAck(ctx context.Context, cp *coordinator.Checkpoint, p *coordinator.ParticipantState) error {
-	if err := t.writable(); err != nil {
-		return err
-	}
+func (t *jobTx) saveAck(ctx context.Context, cp int64, p *coordinator.ParticipantState) error {
 	_, err := t.tx.ExecContext(ctx, "UPDATE checkpoint_participants SET acked_at = ?4 WHERE job = ?1 AND checkpoint_id = ?2 AND participant = ?3",
-		cp.Job, cp.ID, p.Name, micros(p.AckedAt))
+		t.job.Name, cp, p.Name, micros(p.AckedAt))
 	if err != nil {
-		return fmt.Errorf("save ack of %s on %d: %w", p.Name, cp.ID, err)
+		return fmt.Errorf("save ack of %s on %d: %w", p.Name, cp, err)
 	}
 	return nil
 }
 
-// SaveStatus stores the checkpoint's decision; its waiters are woken once the
+// saveStatus stores the checkpoint's decision; its waiters are woken once the
 // transaction commits (Store.run).
-func (t *jobTx) SaveStatus(ctx context.Context, cp *coordinator.Checkpoint) error {
-	if err := t.writable(); err != nil {
-		return err
-	}
+func (t *jobTx) saveStatus(ctx context.Context, cp *coordinator.Checkpoint) error {
 	_, err := t.tx.ExecContext(ctx, `
 		UPDATE checkpoints SET status = ?3, decided_at = ?4, completed_at = ?5, abort_reason = ?6
 		WHERE job = ?1 AND id = ?2`,
@@ -257,10 +281,7 @@ func (t *jobTx) SaveStatus(ctx context.Context, cp *coordinator.Checkpoint) erro
 	return nil
 }
 
-func (t *jobTx) SetEpoch(ctx context.Context, participant string, epoch int64) error {
-	if err := t.writable(); err != nil {
-		return err
-	}
+func (t *jobTx) setEpoch(ctx context.Context, participant string, epoch int64) error {
 	_, err := t.tx.ExecContext(ctx, `
 		INSERT INTO participant_epochs (job, participant, epoch) VALUES (?, ?, ?)
 		ON CONFLICT (job, participant) DO UPDATE SET epoch = excluded.epoch`, t.job.Name, participant, epoch)
@@ -271,12 +292,9 @@ func (t *jobTx) SetEpoch(ctx context.Context, participant string, epoch int64) e
 	return nil
 }
 
-// DeleteJob deletes the job's checkpoints (their participants and idempotency keys
+// deleteJob deletes the job's checkpoints (their participants and idempotency keys
 // cascade) and marks the job deleted, keeping its row, so its Seq and epochs live on.
-func (t *jobTx) DeleteJob(ctx context.Context) error {
-	if err := t.writable(); err != nil {
-		return err
-	}
+func (t *jobTx) deleteJob(ctx context.Context) error {
 	if _, err := t.tx.ExecContext(ctx, "DELETE FROM checkpoints WHERE job = ?", t.job.Name); err != nil {
 		return fmt.Errorf("delete checkpoints: %w", err)
 	}

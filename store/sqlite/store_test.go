@@ -246,7 +246,9 @@ func TestViewRefusesWrites(t *testing.T) {
 	ctx := t.Context()
 	st, svc, _ := setup(t)
 	svc.PutJob(ctx, "j", config("a"))
-	err := st.View(ctx, "j", func(tx coordinator.JobTx) error { return tx.SetEpoch(ctx, "a", 7) })
+	err := st.View(ctx, "j", func(tx coordinator.JobTx) error {
+		return tx.Apply(ctx, &coordinator.Mutation{Epochs: []coordinator.EpochChange{{Participant: "a", Epoch: 7}}})
+	})
 	if err == nil {
 		t.Fatal("write in View succeeded")
 	}

@@ -34,7 +34,7 @@ func testCheckpointInsertRoundTrip(t *testing.T, b *bundle) {
 		cp.CreatedAt = tx.Now().Add(-123456789 * time.Nanosecond)
 		cp.Deadline = tx.Now().Add(90*time.Second + 987654321*time.Nanosecond)
 		cp.AutoCommit = false // differs from the job's: the checkpoint's own is stored
-		return tx.InsertCheckpoint(b.ctx, cp, nil)
+		return insertCheckpoint(b.ctx, tx, cp, nil)
 	})
 	// Seq is assigned by the time the update committed.
 	if cp.Seq <= 0 {
@@ -67,16 +67,16 @@ func testCheckpointDecisionRoundTrip(t *testing.T, b *bundle) {
 		a := cp.Participant("alpha")
 		a.Epoch, a.Vote, a.VotedAt, a.Reason = 2, coordinator.VoteAbort, &t2, "disk full: é"
 		for _, p := range []*coordinator.ParticipantState{z, a} {
-			if err := tx.SaveVote(b.ctx, cp, p); err != nil {
+			if err := saveVote(b.ctx, tx, cp, p); err != nil {
 				return err
 			}
 		}
 		cp.Status, cp.DecidedAt, cp.CompletedAt, cp.AbortReason = coordinator.StatusAborted, &t2, &t2, "participant alpha voted abort: disk full: é"
-		if err := tx.SaveStatus(b.ctx, cp); err != nil {
+		if err := saveStatus(b.ctx, tx, cp); err != nil {
 			return err
 		}
 		z.AckedAt = &t3
-		if err := tx.SaveAck(b.ctx, cp, z); err != nil {
+		if err := saveAck(b.ctx, tx, cp, z); err != nil {
 			return err
 		}
 		want = cp.Clone()
@@ -95,12 +95,12 @@ func testCheckpointDecisionRoundTrip(t *testing.T, b *bundle) {
 		for i := range cp.Participants {
 			p := &cp.Participants[i]
 			p.Epoch, p.Vote, p.VotedAt, p.Committables = 1, coordinator.VotePrepared, &now, json.RawMessage(`[]`)
-			if err := tx.SaveVote(b.ctx, cp, p); err != nil {
+			if err := saveVote(b.ctx, tx, cp, p); err != nil {
 				return err
 			}
 		}
 		cp.Status, cp.DecidedAt = coordinator.StatusCommitting, &now
-		if err := tx.SaveStatus(b.ctx, cp); err != nil {
+		if err := saveStatus(b.ctx, tx, cp); err != nil {
 			return err
 		}
 		want = cp.Clone()
@@ -115,12 +115,12 @@ func testCheckpointDecisionRoundTrip(t *testing.T, b *bundle) {
 		now := tx.Now()
 		for i := range cp.Participants {
 			cp.Participants[i].AckedAt = &now
-			if err := tx.SaveAck(b.ctx, cp, &cp.Participants[i]); err != nil {
+			if err := saveAck(b.ctx, tx, cp, &cp.Participants[i]); err != nil {
 				return err
 			}
 		}
 		cp.Status, cp.CompletedAt = coordinator.StatusCommitted, &now
-		if err := tx.SaveStatus(b.ctx, cp); err != nil {
+		if err := saveStatus(b.ctx, tx, cp); err != nil {
 			return err
 		}
 		want = cp.Clone()
@@ -187,7 +187,7 @@ func testCheckpointKeepsItsConfiguration(t *testing.T, b *bundle) {
 
 func testReadsAreCopies(t *testing.T, b *bundle) {
 	b.putJob("j", config("a", "b"))
-	b.update("j", func(tx coordinator.JobTx) error { return tx.SetEpoch(b.ctx, "a", 1) })
+	b.update("j", func(tx coordinator.JobTx) error { return setEpoch(b.ctx, tx, "a", 1) })
 	b.insert("j", nil)
 	b.saveVote("j", 1, "a", coordinator.VotePrepared, `[1]`)
 	want := b.checkpoint("j", 1)
@@ -267,7 +267,7 @@ func testIdempotencyRoundTrip(t *testing.T, b *bundle) {
 	})
 	want := coordinator.IdempotencyRecord{Key: key, Fingerprint: "sha256:abc", Checkpoint: 1}
 	b.update("j", func(tx coordinator.JobTx) error {
-		return tx.InsertCheckpoint(b.ctx, newCheckpoint(tx, "j"), &want)
+		return insertCheckpoint(b.ctx, tx, newCheckpoint(tx, "j"), &want)
 	})
 	b.insert("j", nil)
 	b.view("j", func(tx coordinator.JobTx) error {
@@ -285,7 +285,7 @@ func testIdempotencyRoundTrip(t *testing.T, b *bundle) {
 	})
 	// The same key may open a checkpoint of another job.
 	b.update("other", func(tx coordinator.JobTx) error {
-		return tx.InsertCheckpoint(b.ctx, newCheckpoint(tx, "other"), &coordinator.IdempotencyRecord{Key: key, Fingerprint: "f2", Checkpoint: 1})
+		return insertCheckpoint(b.ctx, tx, newCheckpoint(tx, "other"), &coordinator.IdempotencyRecord{Key: key, Fingerprint: "f2", Checkpoint: 1})
 	})
 	b.view("other", func(tx coordinator.JobTx) error {
 		if rec, ok, err := tx.Idempotency(b.ctx, key); !ok || err != nil || rec.Fingerprint != "f2" {

@@ -14,7 +14,7 @@ func testSetEpoch(t *testing.T, b *bundle) {
 			p string
 			n int64
 		}{{"p1", 1}, {"p2", 7}, {"p1", 2}, {"gone", 3}} {
-			if err := tx.SetEpoch(b.ctx, e.p, e.n); err != nil {
+			if err := setEpoch(b.ctx, tx, e.p, e.n); err != nil {
 				return err
 			}
 		}
@@ -34,7 +34,7 @@ func testSetEpoch(t *testing.T, b *bundle) {
 	if got := b.getJob("j").Epochs; !maps.Equal(got, want) {
 		t.Fatalf("GetJob Epochs after p2 left the configuration: %v, want %v (every participant that ever registered)", got, want)
 	}
-	b.update("j", func(tx coordinator.JobTx) error { return tx.SetEpoch(b.ctx, "p1", 3) })
+	b.update("j", func(tx coordinator.JobTx) error { return setEpoch(b.ctx, tx, "p1", 3) })
 	if e := b.getJob("j").Epochs["p1"]; e != 3 {
 		t.Fatalf("epoch of p1 after SetEpoch 3: %d", e)
 	}

@@ -79,7 +79,7 @@ func testPutJobCreateThenUpdate(t *testing.T, b *bundle) {
 
 func testPutJobUpdateReturnsSeqAndEpochs(t *testing.T, b *bundle) {
 	b.putJob("j", config("a", "b"))
-	b.update("j", func(tx coordinator.JobTx) error { return tx.SetEpoch(b.ctx, "a", 4) })
+	b.update("j", func(tx coordinator.JobTx) error { return setEpoch(b.ctx, tx, "a", 4) })
 	b.insert("j", nil)
 	b.insert("j", nil)
 	job, created, err := b.store.PutJob(b.ctx, "j", config("a", "b", "c"))
@@ -131,7 +131,7 @@ func testListJobsOrderAndPaging(t *testing.T, b *bundle) {
 	for _, name := range []string{"job-2", "c", "job-10", "a", "e", "b", "d", "gone"} {
 		b.putJob(name, config("p"))
 	}
-	b.update("gone", func(tx coordinator.JobTx) error { return tx.DeleteJob(b.ctx) })
+	b.update("gone", func(tx coordinator.JobTx) error { return deleteJob(b.ctx, tx) })
 	cases := []struct {
 		after string
 		limit int
@@ -194,7 +194,7 @@ func testListJobsMixedCase(t *testing.T, b *bundle) {
 
 func testListJobsShowsLastCheckpoints(t *testing.T, b *bundle) {
 	b.putJob("j", config("a"))
-	b.update("j", func(tx coordinator.JobTx) error { return tx.SetEpoch(b.ctx, "a", 2) })
+	b.update("j", func(tx coordinator.JobTx) error { return setEpoch(b.ctx, tx, "a", 2) })
 	b.insert("j", nil)
 	b.decide("j", 1, coordinator.StatusCommitting, "")
 	b.insert("j", nil)
@@ -222,16 +222,16 @@ func testSeqContinues(t *testing.T, b *bundle) {
 		return nil
 	})
 	b.update("j", func(tx coordinator.JobTx) error {
-		if err := tx.SetEpoch(b.ctx, "a", 4); err != nil {
+		if err := setEpoch(b.ctx, tx, "a", 4); err != nil {
 			return err
 		}
-		return tx.SetEpoch(b.ctx, "b", 2)
+		return setEpoch(b.ctx, tx, "b", 2)
 	})
 	b.putJob("j", config("a", "b", "c")) // an update keeps Seq
 	if s := b.getJob("j").Seq; s != 3 {
 		t.Fatalf("Seq after PutJob updated the job: %d, want 3", s)
 	}
-	b.update("j", func(tx coordinator.JobTx) error { return tx.DeleteJob(b.ctx) })
+	b.update("j", func(tx coordinator.JobTx) error { return deleteJob(b.ctx, tx) })
 	_, err := b.store.GetJob(b.ctx, "j")
 	wantNotFound(t, "GetJob after DeleteJob", err)
 

@@ -57,7 +57,7 @@ func testSubscribeWokenOnRejection(t *testing.T, b *bundle) {
 		}
 		now := tx.Now()
 		cp.Status, cp.DecidedAt, cp.CompletedAt, cp.AbortReason = coordinator.StatusAborted, &now, &now, "expired"
-		if err := tx.SaveStatus(b.ctx, cp); err != nil {
+		if err := saveStatus(b.ctx, tx, cp); err != nil {
 			return err
 		}
 		// Changed after it was saved: not what committed, so not what a waiter gets.

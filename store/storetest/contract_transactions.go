@@ -20,7 +20,7 @@ func testUpdateMissingJob(t *testing.T, b *bundle) {
 	}
 	// A deleted job is missing too.
 	b.putJob("gone", config("a"))
-	b.update("gone", func(tx coordinator.JobTx) error { return tx.DeleteJob(b.ctx) })
+	b.update("gone", func(tx coordinator.JobTx) error { return deleteJob(b.ctx, tx) })
 	err = b.store.Update(b.ctx, "gone", 0, func(tx coordinator.JobTx) error { called = true; return nil })
 	wantNotFound(t, "Update of a deleted job", err)
 	if called {
@@ -48,9 +48,9 @@ func testViewRefusesWrites(t *testing.T, b *bundle) {
 		name  string
 		write func(tx coordinator.JobTx) error
 	}{
-		{"SetEpoch", func(tx coordinator.JobTx) error { return tx.SetEpoch(b.ctx, "a", 9) }},
+		{"SetEpoch", func(tx coordinator.JobTx) error { return setEpoch(b.ctx, tx, "a", 9) }},
 		{"InsertCheckpoint", func(tx coordinator.JobTx) error {
-			return tx.InsertCheckpoint(b.ctx, newCheckpoint(tx, "j"), &coordinator.IdempotencyRecord{Key: "k", Fingerprint: "f", Checkpoint: 2})
+			return insertCheckpoint(b.ctx, tx, newCheckpoint(tx, "j"), &coordinator.IdempotencyRecord{Key: "k", Fingerprint: "f", Checkpoint: 2})
 		}},
 		{"SaveStatus", func(tx coordinator.JobTx) error {
 			cp, err := tx.Checkpoint(b.ctx, 1)
@@ -59,7 +59,7 @@ func testViewRefusesWrites(t *testing.T, b *bundle) {
 			}
 			now := tx.Now()
 			cp.Status, cp.DecidedAt, cp.CompletedAt, cp.AbortReason = coordinator.StatusAborted, &now, &now, "x"
-			return tx.SaveStatus(b.ctx, cp)
+			return saveStatus(b.ctx, tx, cp)
 		}},
 		{"SaveVote", func(tx coordinator.JobTx) error {
 			cp, err := tx.Checkpoint(b.ctx, 1)
@@ -69,7 +69,7 @@ func testViewRefusesWrites(t *testing.T, b *bundle) {
 			now := tx.Now()
 			p := cp.Participant("b")
 			p.Epoch, p.Vote, p.VotedAt, p.Committables = 1, coordinator.VotePrepared, &now, json.RawMessage(`[2]`)
-			return tx.SaveVote(b.ctx, cp, p)
+			return saveVote(b.ctx, tx, cp, p)
 		}},
 		{"SaveAck", func(tx coordinator.JobTx) error {
 			cp, err := tx.Checkpoint(b.ctx, 1)
@@ -79,9 +79,9 @@ func testViewRefusesWrites(t *testing.T, b *bundle) {
 			now := tx.Now()
 			p := cp.Participant("a")
 			p.AckedAt = &now
-			return tx.SaveAck(b.ctx, cp, p)
+			return saveAck(b.ctx, tx, cp, p)
 		}},
-		{"DeleteJob", func(tx coordinator.JobTx) error { return tx.DeleteJob(b.ctx) }},
+		{"DeleteJob", func(tx coordinator.JobTx) error { return deleteJob(b.ctx, tx) }},
 	}
 	for _, w := range writes {
 		var writeErr error
@@ -113,7 +113,7 @@ func testViewRefusesWrites(t *testing.T, b *bundle) {
 // writeSome changes the job in every way a transaction can, so a test can check that all of
 // it was kept or none of it.
 func (b *bundle) writeSome(tx coordinator.JobTx) error {
-	if err := tx.SetEpoch(b.ctx, "a", 7); err != nil {
+	if err := setEpoch(b.ctx, tx, "a", 7); err != nil {
 		return err
 	}
 	cp1, err := tx.Checkpoint(b.ctx, 1)
@@ -123,18 +123,18 @@ func (b *bundle) writeSome(tx coordinator.JobTx) error {
 	now := tx.Now()
 	p := cp1.Participant("a")
 	p.Epoch, p.Vote, p.VotedAt, p.Committables = 7, coordinator.VotePrepared, &now, json.RawMessage(`["x"]`)
-	if err := tx.SaveVote(b.ctx, cp1, p); err != nil {
+	if err := saveVote(b.ctx, tx, cp1, p); err != nil {
 		return err
 	}
 	cp1.Status, cp1.DecidedAt, cp1.CompletedAt, cp1.AbortReason = coordinator.StatusAborted, &now, &now, "test"
-	if err := tx.SaveStatus(b.ctx, cp1); err != nil {
+	if err := saveStatus(b.ctx, tx, cp1); err != nil {
 		return err
 	}
 	p.AckedAt = &now
-	if err := tx.SaveAck(b.ctx, cp1, p); err != nil {
+	if err := saveAck(b.ctx, tx, cp1, p); err != nil {
 		return err
 	}
-	return tx.InsertCheckpoint(b.ctx, newCheckpoint(tx, "j"), &coordinator.IdempotencyRecord{Key: "k", Fingerprint: "f", Checkpoint: 2})
+	return insertCheckpoint(b.ctx, tx, newCheckpoint(tx, "j"), &coordinator.IdempotencyRecord{Key: "k", Fingerprint: "f", Checkpoint: 2})
 }
 
 func (b *bundle) wantUnwritten(what string, before *coordinator.Checkpoint) {
@@ -227,7 +227,7 @@ func testUpdateCommitsOnRejection(t *testing.T, b *bundle) {
 	b.putJob("w", config("a"))
 	wrapped := fmt.Errorf("context: %w", &coordinator.Error{Code: coordinator.CodeVoteConflict})
 	err = b.store.Update(b.ctx, "w", 0, func(tx coordinator.JobTx) error {
-		if err := tx.SetEpoch(b.ctx, "a", 3); err != nil {
+		if err := setEpoch(b.ctx, tx, "a", 3); err != nil {
 			return err
 		}
 		return wrapped
@@ -252,7 +252,7 @@ func testUpdateHoldsTheJobLock(t *testing.T, b *bundle) {
 			errs <- b.store.Update(b.ctx, "j", 0, func(tx coordinator.JobTx) error {
 				e := tx.Job().Epoch("a")
 				time.Sleep(time.Millisecond)
-				return tx.SetEpoch(b.ctx, "a", e+1)
+				return setEpoch(b.ctx, tx, "a", e+1)
 			})
 		})
 	}
@@ -294,10 +294,10 @@ func testNow(t *testing.T, b *bundle) {
 func testJobReflectsOwnWrites(t *testing.T, b *bundle) {
 	b.putJob("j", config("a"))
 	b.update("j", func(tx coordinator.JobTx) error {
-		if err := tx.InsertCheckpoint(b.ctx, newCheckpoint(tx, "j"), nil); err != nil {
+		if err := insertCheckpoint(b.ctx, tx, newCheckpoint(tx, "j"), nil); err != nil {
 			return err
 		}
-		if err := tx.SetEpoch(b.ctx, "a", 5); err != nil {
+		if err := setEpoch(b.ctx, tx, "a", 5); err != nil {
 			return err
 		}
 		if s, e := tx.Job().Seq, tx.Job().Epoch("a"); s != 1 || e != 5 {
@@ -365,7 +365,7 @@ func testCheckpointHint(t *testing.T, b *bundle) {
 		now := tx.Now()
 		p := cp.Participant("a")
 		p.AckedAt = &now
-		if err := tx.SaveAck(b.ctx, cp, p); err != nil {
+		if err := saveAck(b.ctx, tx, cp, p); err != nil {
 			return err
 		}
 		again, err := tx.Checkpoint(b.ctx, 1)
@@ -385,7 +385,7 @@ func testCheckpointHint(t *testing.T, b *bundle) {
 		cp.Status = coordinator.StatusAborted
 		now := tx.Now()
 		cp.DecidedAt, cp.AbortReason = &now, "by hand"
-		if err := tx.SaveStatus(b.ctx, cp); err != nil {
+		if err := saveStatus(b.ctx, tx, cp); err != nil {
 			return err
 		}
 		ps, err := tx.Preparing(b.ctx)
@@ -415,7 +415,7 @@ func testUpdateManyJobsAtOnce(t *testing.T, b *bundle) {
 		wg.Go(func() {
 			for r := int64(1); r <= rounds; r++ {
 				err := b.store.Update(b.ctx, name, 0, func(tx coordinator.JobTx) error {
-					return tx.InsertCheckpoint(b.ctx, newCheckpoint(tx, name), nil)
+					return insertCheckpoint(b.ctx, tx, newCheckpoint(tx, name), nil)
 				})
 				if err != nil {
 					errs <- fmt.Errorf("insert %s/%d: %w", name, r, err)
@@ -436,7 +436,7 @@ func testUpdateManyJobsAtOnce(t *testing.T, b *bundle) {
 							now := tx.Now()
 							ps.Epoch, ps.Vote, ps.VotedAt = 1, coordinator.VotePrepared, &now
 							ps.Committables = json.RawMessage(fmt.Sprintf(`["%s/%d/%s"]`, name, r, p))
-							return tx.SaveVote(b.ctx, cp, ps)
+							return saveVote(b.ctx, tx, cp, ps)
 						})
 						if err != nil {
 							errs <- fmt.Errorf("vote %s/%d/%s: %w", name, r, p, err)

@@ -114,7 +114,7 @@ func testExpiredJobs(t *testing.T, b *bundle) {
 	b.insert("decided", nil)
 	b.insert("gone", past(time.Second))
 	b.decide("gone", 1, coordinator.StatusAborted, "x")
-	b.update("gone", func(tx coordinator.JobTx) error { return tx.DeleteJob(b.ctx) })
+	b.update("gone", func(tx coordinator.JobTx) error { return deleteJob(b.ctx, tx) })
 
 	jobs, err := b.store.ExpiredJobs(b.ctx)
 	if err != nil {
@@ -224,7 +224,7 @@ func testListCheckpointsGlobal(t *testing.T, b *bundle) {
 			t.Fatalf("Seq of checkpoints in creation order: %v, want increasing", seqs)
 		}
 	}
-	b.update("gone", func(tx coordinator.JobTx) error { return tx.DeleteJob(b.ctx) })
+	b.update("gone", func(tx coordinator.JobTx) error { return deleteJob(b.ctx, tx) })
 
 	list := func(q coordinator.CheckpointQuery) []*coordinator.Checkpoint {
 		t.Helper()

@@ -307,86 +307,42 @@ func (tx *memTx) Idempotency(ctx context.Context, key string) (coordinator.Idemp
 	return rec, ok, nil
 }
 
-func (tx *memTx) InsertCheckpoint(ctx context.Context, cp *coordinator.Checkpoint, rec *coordinator.IdempotencyRecord) error {
+// Apply writes what the rules decided with coordinator.Mutation.Apply, as the real stores'
+// caches do; what a real store writes in SQL must read back the same.
+func (tx *memTx) Apply(ctx context.Context, m *coordinator.Mutation) error {
 	if tx.readOnly {
 		return errReadOnly
 	}
 	if tx.state.cps[tx.name] == nil {
 		tx.state.cps[tx.name] = map[int64]*coordinator.Checkpoint{}
 	}
-	if tx.state.cps[tx.name][cp.ID] != nil {
+	cps := tx.state.cps[tx.name]
+	if m.Opened != nil && cps[m.Opened.ID] != nil {
 		return errors.New("duplicate checkpoint id")
 	}
-	tx.state.global++
-	cp.Seq = tx.state.global
-	tx.state.cps[tx.name][cp.ID] = cloneCheckpoint(cp)
-	tx.state.seqs[tx.name] = cp.ID
-	if rec != nil {
+	job := tx.state.job(tx.name)
+	if !m.Apply(job, cps) {
+		return coordinator.ErrNotFound
+	}
+	tx.state.seqs[tx.name], tx.state.epochs[tx.name] = job.Seq, job.Epochs
+	if m.Opened != nil {
+		tx.state.global++
+		m.Opened.Seq = tx.state.global
+		cps[m.Opened.ID].Seq = tx.state.global
+	}
+	if rec := m.Idempotency; rec != nil {
 		if tx.state.idem[tx.name] == nil {
 			tx.state.idem[tx.name] = map[string]coordinator.IdempotencyRecord{}
 		}
 		tx.state.idem[tx.name][rec.Key] = *rec
 	}
-	return nil
-}
-
-func (tx *memTx) stored(cp *coordinator.Checkpoint) (*coordinator.Checkpoint, error) {
-	if tx.readOnly {
-		return nil, errReadOnly
+	for _, cp := range m.Statuses {
+		tx.decided = append(tx.decided, cp.Clone())
 	}
-	st := tx.state.cps[tx.name][cp.ID]
-	if st == nil {
-		return nil, coordinator.ErrNotFound
+	if m.JobDeleted {
+		delete(tx.state.jobs, tx.name)
+		delete(tx.state.cps, tx.name)
+		delete(tx.state.idem, tx.name)
 	}
-	return st, nil
-}
-
-func (tx *memTx) SaveVote(ctx context.Context, cp *coordinator.Checkpoint, p *coordinator.ParticipantState) error {
-	st, err := tx.stored(cp)
-	if err != nil {
-		return err
-	}
-	sp := st.Participant(p.Name)
-	sp.Epoch, sp.Vote, sp.Reason, sp.Committables, sp.VotedAt = p.Epoch, p.Vote, p.Reason, slices.Clone(p.Committables), p.VotedAt
-	return nil
-}
-
-func (tx *memTx) SaveAck(ctx context.Context, cp *coordinator.Checkpoint, p *coordinator.ParticipantState) error {
-	st, err := tx.stored(cp)
-	if err != nil {
-		return err
-	}
-	st.Participant(p.Name).AckedAt = p.AckedAt
-	return nil
-}
-
-func (tx *memTx) SaveStatus(ctx context.Context, cp *coordinator.Checkpoint) error {
-	st, err := tx.stored(cp)
-	if err != nil {
-		return err
-	}
-	st.Status, st.DecidedAt, st.CompletedAt, st.AbortReason = cp.Status, cp.DecidedAt, cp.CompletedAt, cp.AbortReason
-	tx.decided = append(tx.decided, cp.Clone())
-	return nil
-}
-
-func (tx *memTx) SetEpoch(ctx context.Context, participant string, epoch int64) error {
-	if tx.readOnly {
-		return errReadOnly
-	}
-	if tx.state.epochs[tx.name] == nil {
-		tx.state.epochs[tx.name] = map[string]int64{}
-	}
-	tx.state.epochs[tx.name][participant] = epoch
-	return nil
-}
-
-func (tx *memTx) DeleteJob(ctx context.Context) error {
-	if tx.readOnly {
-		return errReadOnly
-	}
-	delete(tx.state.jobs, tx.name)
-	delete(tx.state.cps, tx.name)
-	delete(tx.state.idem, tx.name)
 	return nil
 }

@@ -123,7 +123,7 @@ func (b *bundle) insert(job string, edit func(tx coordinator.JobTx, cp *coordina
 		if edit != nil {
 			edit(tx, cp)
 		}
-		if err := tx.InsertCheckpoint(b.ctx, cp, nil); err != nil {
+		if err := insertCheckpoint(b.ctx, tx, cp, nil); err != nil {
 			return err
 		}
 		out = cp
@@ -160,7 +160,7 @@ func (b *bundle) decide(job string, id int64, status coordinator.Status, reason 
 			cp.CompletedAt = &now
 		}
 		cp.AbortReason = reason
-		return tx.SaveStatus(b.ctx, cp)
+		return saveStatus(b.ctx, tx, cp)
 	})
 }
 
@@ -181,7 +181,7 @@ func (b *bundle) saveVote(job string, id int64, participant string, kind coordin
 		if committables != "" {
 			p.Committables = json.RawMessage(committables)
 		}
-		return tx.SaveVote(b.ctx, cp, p)
+		return saveVote(b.ctx, tx, cp, p)
 	})
 }
 
@@ -199,7 +199,7 @@ func (b *bundle) saveAck(job string, id int64, participant string) {
 		}
 		now := tx.Now()
 		p.AckedAt = &now
-		return tx.SaveAck(b.ctx, cp, p)
+		return saveAck(b.ctx, tx, cp, p)
 	})
 }
 
@@ -442,4 +442,31 @@ func waitClosed(ch <-chan struct{}, d time.Duration) bool {
 	case <-time.After(d):
 		return false
 	}
+}
+
+// The writes of one kind each, as the rules would decide them, so that the contract tests
+// can check a store's JobTx.Apply one change at a time.
+
+func insertCheckpoint(ctx context.Context, tx coordinator.JobTx, cp *coordinator.Checkpoint, rec *coordinator.IdempotencyRecord) error {
+	return tx.Apply(ctx, &coordinator.Mutation{Opened: cp, Idempotency: rec})
+}
+
+func saveVote(ctx context.Context, tx coordinator.JobTx, cp *coordinator.Checkpoint, p *coordinator.ParticipantState) error {
+	return tx.Apply(ctx, &coordinator.Mutation{Votes: []coordinator.ParticipantChange{{Checkpoint: cp.ID, Participant: *p}}})
+}
+
+func saveAck(ctx context.Context, tx coordinator.JobTx, cp *coordinator.Checkpoint, p *coordinator.ParticipantState) error {
+	return tx.Apply(ctx, &coordinator.Mutation{Acks: []coordinator.ParticipantChange{{Checkpoint: cp.ID, Participant: *p}}})
+}
+
+func saveStatus(ctx context.Context, tx coordinator.JobTx, cp *coordinator.Checkpoint) error {
+	return tx.Apply(ctx, &coordinator.Mutation{Statuses: []*coordinator.Checkpoint{cp.Clone()}})
+}
+
+func setEpoch(ctx context.Context, tx coordinator.JobTx, participant string, epoch int64) error {
+	return tx.Apply(ctx, &coordinator.Mutation{Epochs: []coordinator.EpochChange{{Participant: participant, Epoch: epoch}}})
+}
+
+func deleteJob(ctx context.Context, tx coordinator.JobTx) error {
+	return tx.Apply(ctx, &coordinator.Mutation{JobDeleted: true})
 }

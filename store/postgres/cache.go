@@ -14,9 +14,9 @@ import (
 // The committer keeps, for each job it recently changed, the state its last committed batch
 // left: the job's row, its preparing and committing checkpoints, and the job's version.
 // Every transaction that changes a job bumps jobs.version under the job's lock (lockJobSQL,
-// PutJob, and checkSQL below), whichever process runs it. So while the version is the one
+// PutJob, and lockIfUnchangedSQL below), whichever process runs it. So while the version is the one
 // cached, the cache is what the database holds, and the next batch can run the rules on it
-// at once: it takes the lock with checkSQL, which fails the whole transaction unless the
+// at once: it takes the lock with lockIfUnchangedSQL, which fails the whole transaction unless the
 // version is still the one cached, queued before the writes and sent with them and COMMIT.
 // A batch of cached jobs is then one round trip instead of two. If the check fails (another
 // process changed the job), nothing of the batch commits; its jobs are forgotten and the
@@ -27,15 +27,15 @@ import (
 // never before the job's last update. Decisions are timed by it: behind the database's
 // clock by about the time a reading takes to come back (under a millisecond here, more on
 // a loaded machine), never ahead of it, so timestamps of a job never go back. Deadlines
-// stay exact (rule 6): checkSQL also fails if a preparing checkpoint's deadline falls
+// stay exact (rule 6): lockIfUnchangedSQL also fails if a preparing checkpoint's deadline falls
 // between the estimate and the database's clock, so no rule decides on the wrong side of
 // one. A job whose cached state was found stale is not cached for a second (contendedFor).
 
-// checkSQL locks job $1 and bumps its version if the version is still $2, and returns the
+// lockIfUnchangedSQL locks job $1 and bumps its version if the version is still $2, and returns the
 // clock; it raises division_by_zero, failing the transaction, if the version changed (or
 // the job was deleted), or if a preparing checkpoint's deadline lies between $3 (the clock
 // the rules use) and the database's clock.
-const checkSQL = `WITH u AS (
+const lockIfUnchangedSQL = `WITH u AS (
 		UPDATE jobs SET version = version + 1
 		WHERE name = $1 AND version = $2 AND NOT deleted AND NOT EXISTS (
 			SELECT 1 FROM checkpoints c WHERE c.job = $1 AND c.status = 'preparing'
@@ -43,11 +43,11 @@ const checkSQL = `WITH u AS (
 		RETURNING clock_timestamp() AS now)
 	SELECT max(now), 1 / count(*) FROM u`
 
-// errStale is a failed checkSQL: the cached state is not the database's.
+// errStale is a failed lockIfUnchangedSQL: the cached state is not the database's.
 var errStale = errors.New("postgres: cached job state is stale")
 
-// scanCheck reads checkSQL's row: the clock, or errStale.
-func scanCheck(row pgx.Row, now *time.Time) error {
+// scanLockIfUnchanged reads lockIfUnchangedSQL's row: the clock, or errStale.
+func scanLockIfUnchanged(row pgx.Row, now *time.Time) error {
 	var one int64
 	err := row.Scan(now, &one)
 	var pgErr *pgconn.PgError
@@ -59,10 +59,10 @@ func scanCheck(row pgx.Row, now *time.Time) error {
 
 // jobState is what a committed batch left of a job, valid while its version is version.
 type jobState struct {
-	version int64
-	job     *coordinator.Job
-	known   map[int64]*coordinator.Checkpoint // every preparing checkpoint, and the committing ones
-	lastNow time.Time                         // the clock its last update used
+	version     int64
+	job         *coordinator.Job
+	checkpoints map[int64]*coordinator.Checkpoint // every preparing checkpoint, and the committing ones
+	lastNow     time.Time                         // the clock its last update used
 }
 
 // maxCachedJobs bounds the cache; past it, jobs not cached yet are not.
@@ -178,7 +178,7 @@ func (c *stateCache) knownPreparing(job string, id int64) bool {
 	if !c.listening || st == nil {
 		return false
 	}
-	cp := st.known[id]
+	cp := st.checkpoints[id]
 	return cp != nil && cp.Status == coordinator.StatusPreparing
 }
 
@@ -226,26 +226,26 @@ func (c *stateCache) estimate(notBefore time.Time) (time.Time, bool) {
 // cacheState returns what the cache keeps of t once its batch has committed, nil if it
 // cannot be kept.
 func (t *jobTx) cacheState(version int64) *jobState {
-	if !t.cacheable || t.known == nil || version == 0 {
+	if !t.canCache || t.checkpoints == nil || version == 0 {
 		return nil
 	}
-	known := make(map[int64]*coordinator.Checkpoint)
-	for id, cp := range t.known {
+	open := make(map[int64]*coordinator.Checkpoint)
+	for id, cp := range t.checkpoints {
 		if cp.Status == coordinator.StatusPreparing || cp.Status == coordinator.StatusCommitting {
-			known[id] = cp
+			open[id] = cp
 		}
 	}
-	if len(known) > maxCachedCheckpoints {
+	if len(open) > maxCachedCheckpoints {
 		return nil
 	}
-	return &jobState{version: version, job: coordinator.CloneJob(t.job), known: known, lastNow: t.now}
+	return &jobState{version: version, job: coordinator.CloneJob(t.job), checkpoints: open, lastNow: t.now}
 }
 
-// resume begins t from a cached state, as carry does from the update before it.
+// resume begins t from a cached state, as handOn does from the update before it.
 func (t *jobTx) resume(st *jobState, now, nowAt time.Time, hint int64) {
-	known := make(map[int64]*coordinator.Checkpoint, len(st.known))
-	for id, cp := range st.known {
-		known[id] = cp.Clone()
+	cps := make(map[int64]*coordinator.Checkpoint, len(st.checkpoints))
+	for id, cp := range st.checkpoints {
+		cps[id] = cp.Clone()
 	}
-	t.startFrom(coordinator.CloneJob(st.job), known, now, nowAt, hint)
+	t.start(coordinator.CloneJob(st.job), cps, now, nowAt, hint)
 }

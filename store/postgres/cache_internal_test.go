@@ -11,8 +11,8 @@ import (
 func cachedTx() *jobTx {
 	cp := &coordinator.Checkpoint{Job: "j", ID: 1, Status: coordinator.StatusPreparing,
 		Participants: []coordinator.ParticipantState{{Name: "a"}, {Name: "b"}}}
-	return &jobTx{job: &coordinator.Job{Name: "j"}, now: time.Now(), cacheable: true,
-		known: map[int64]*coordinator.Checkpoint{1: cp}}
+	return &jobTx{job: &coordinator.Job{Name: "j"}, now: time.Now(), canCache: true,
+		checkpoints: map[int64]*coordinator.Checkpoint{1: cp}}
 }
 
 // TestKnownPreparingOnlyWhatCannotBeStale: knownPreparing, which lets a long-poll wait

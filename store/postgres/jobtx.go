@@ -38,19 +38,20 @@ type jobTx struct {
 	decided   []*coordinator.Checkpoint // as saved, published once committed
 	lastWrite *participantWrite         // the last statement queued, if a participant write (SaveStatus merges)
 
-	// known holds private copies of the checkpoints this transaction read (all the job's
-	// preparing ones among them), kept as the Save methods change them, so that the next
-	// update of the job in the same batch can start from them instead of reading (carry).
-	// carryable is false once a write they do not follow was made (a new checkpoint, the
-	// job deleted). cacheable is false once known no longer tells the job's state even
-	// after the commit (the job deleted). nowAt is when now was read, by the local
+	// checkpoints holds this transaction's own copies of the job's checkpoints that it read
+	// (every preparing one among them), kept as it changes them (Apply), so that the next
+	// update of the job in the same batch can start from them instead of reading (handOn),
+	// and the cache can keep them once the batch commits. canHandOn is false once a write was
+	// made that they cannot follow before the commit (a new checkpoint, whose Seq the
+	// database assigns). canCache is false once they no longer tell the job's state (the job
+	// deleted, a change to a checkpoint not read). nowAt is when now was read, by the local
 	// monotonic clock. version is the job's version that the lock found, plus one.
-	known     map[int64]*coordinator.Checkpoint
-	carryable bool
-	cacheable bool
-	nowAt     time.Time
-	version   int64
-	cache     *stateCache
+	checkpoints map[int64]*coordinator.Checkpoint
+	canHandOn   bool
+	canCache    bool
+	nowAt       time.Time
+	version     int64
+	cache       *stateCache
 	// recorded names the checkpoints on which this update recorded a vote or an ack: the
 	// other participants' may be on their way (awaited).
 	recorded []recorded
@@ -281,53 +282,53 @@ func (t *jobTx) readBegin(results pgx.BatchResults, hint int64) (stale bool, err
 	for i := range raw {
 		cps[i] = raw[i].checkpoint()
 	}
-	t.setState(names, epochs, cps, hint)
+	t.startRead(names, epochs, cps, hint)
 	return false, nil
 }
 
-// setState keeps what begin read of the job's epochs and checkpoints.
-func (t *jobTx) setState(names []string, epochs []int64, cps []*coordinator.Checkpoint, hint int64) {
+// startRead begins t from what it read under the job's lock: the job's epochs and
+// checkpoints (with checkpoint hint whatever its status).
+func (t *jobTx) startRead(names []string, epochs []int64, cps []*coordinator.Checkpoint, hint int64) {
 	t.job.Epochs = make(map[string]int64, len(names))
 	for i, n := range names {
 		t.job.Epochs[n] = epochs[i]
 	}
-	t.preparing, t.hinted, t.loaded = nil, nil, true
-	t.known, t.carryable, t.cacheable = make(map[int64]*coordinator.Checkpoint, len(cps)), true, true
+	read := make(map[int64]*coordinator.Checkpoint, len(cps))
 	for _, cp := range cps {
-		t.known[cp.ID] = cp.Clone()
-		if cp.Status == coordinator.StatusPreparing {
-			t.preparing = append(t.preparing, cp)
-		} else if cp.ID == hint {
-			t.hinted = cp
-		}
+		read[cp.ID] = cp
 	}
+	t.start(t.job, read, t.now, t.nowAt, hint)
 }
 
-// carry begins next, the next update of the same job in this transaction, from what this
-// one knows, if it can: without a statement. The clock goes on from the one read under the
-// lock, by the local monotonic clock. It returns false if next must read: this update made
-// a write that known does not follow, or hint is a checkpoint it did not read.
-func (t *jobTx) carry(next *jobTx, hint int64) bool {
-	if !t.carryable || t.known == nil {
+// handOn begins next, the next update of the same job in this transaction, from what this
+// one leaves of the job, if it can: without a statement. The clock goes on from the one
+// read under the lock, by the local monotonic clock. It returns false if next must read:
+// this update made a write that its checkpoints do not follow, or hint is a checkpoint it
+// did not read.
+func (t *jobTx) handOn(next *jobTx, hint int64) bool {
+	if !t.canHandOn || t.checkpoints == nil {
 		return false
 	}
-	if _, ok := t.known[hint]; hint != 0 && !ok {
+	if _, ok := t.checkpoints[hint]; hint != 0 && !ok {
 		return false
 	}
 	next.version = t.version
-	next.startFrom(coordinator.CloneJob(t.job), t.known, t.now.Add(time.Since(t.nowAt)).Truncate(time.Microsecond), t.nowAt, hint)
-	t.known = nil
+	next.start(coordinator.CloneJob(t.job), t.checkpoints, t.now.Add(time.Since(t.nowAt)).Truncate(time.Microsecond), t.nowAt, hint)
+	t.checkpoints = nil
 	return true
 }
 
-// startFrom begins t from a state known without reading it: the job, its checkpoints
-// (known, which t takes), the clock now, read or estimated at local time nowAt.
-func (t *jobTx) startFrom(job *coordinator.Job, known map[int64]*coordinator.Checkpoint, now, nowAt time.Time, hint int64) {
+// start is where every update begins, whatever its state comes from (read under the lock,
+// handed on by the update before it, or cached from an earlier batch): the job, its
+// checkpoints (which t takes: every preparing one, and hint's if it has it), the clock now,
+// read or estimated at local time nowAt. The rules get copies of the checkpoints, so that
+// t's own follow only what is written (Apply).
+func (t *jobTx) start(job *coordinator.Job, checkpoints map[int64]*coordinator.Checkpoint, now, nowAt time.Time, hint int64) {
 	t.job, t.now, t.nowAt = job, now, nowAt
-	t.known, t.carryable, t.cacheable = known, true, true
+	t.checkpoints, t.canHandOn, t.canCache = checkpoints, true, true
 	t.preparing, t.hinted, t.loaded = nil, nil, true
-	for _, id := range slices.Sorted(maps.Keys(known)) {
-		cp := known[id]
+	for _, id := range slices.Sorted(maps.Keys(checkpoints)) {
+		cp := checkpoints[id]
 		if cp.Status == coordinator.StatusPreparing {
 			t.preparing = append(t.preparing, cp.Clone())
 		} else if id == hint {
@@ -336,11 +337,11 @@ func (t *jobTx) startFrom(job *coordinator.Job, known map[int64]*coordinator.Che
 	}
 }
 
-// remember keeps a copy of checkpoints read under the lock in known.
+// remember keeps a copy of checkpoints read under the lock in t.checkpoints.
 func (t *jobTx) remember(cps ...*coordinator.Checkpoint) {
-	if t.known != nil {
+	if t.checkpoints != nil {
 		for _, cp := range cps {
-			t.known[cp.ID] = cp.Clone()
+			t.checkpoints[cp.ID] = cp.Clone()
 		}
 	}
 }
@@ -355,7 +356,7 @@ func (t *jobTx) readState(hint int64) error {
 	if err != nil {
 		return err
 	}
-	t.setState(names, epochs, cps, hint)
+	t.startRead(names, epochs, cps, hint)
 	return nil
 }
 
@@ -394,7 +395,7 @@ func (t *jobTx) readLocked(name string, hint int64) error {
 		return coordinator.ErrNotFound
 	}
 	t.job, t.now, t.nowAt = row.get(), t.now.UTC(), time.Now()
-	t.setState(names, epochs, cps, hint)
+	t.startRead(names, epochs, cps, hint)
 	return nil
 }
 
@@ -626,8 +627,8 @@ func (t *jobTx) Idempotency(ctx context.Context, key string) (coordinator.Idempo
 }
 
 // Apply queues the statements that write what the rules decided, to go with the next read
-// or with COMMIT, and replays m on known (coordinator.Mutation.Apply), so that known
-// follows the job's state without rebuilding any of the rules' results.
+// or with COMMIT, and replays m on t's checkpoints (coordinator.Mutation.Apply), so that they
+// follow the job's state without rebuilding any of the rules' results.
 func (t *jobTx) Apply(ctx context.Context, m *coordinator.Mutation) error {
 	if err := t.writable(); err != nil {
 		return err
@@ -635,17 +636,17 @@ func (t *jobTx) Apply(ctx context.Context, m *coordinator.Mutation) error {
 	if m.Empty() {
 		return nil
 	}
-	known := t.known
-	if known == nil {
-		known = map[int64]*coordinator.Checkpoint{}
+	cps := t.checkpoints
+	if cps == nil {
+		cps = map[int64]*coordinator.Checkpoint{}
 	}
-	if !m.Apply(t.job, known) {
-		// A change to a checkpoint this transaction did not read: known no longer tells the
-		// job's state.
-		t.carryable, t.cacheable = false, false
+	if !m.Apply(t.job, cps) {
+		// A change to a checkpoint this transaction did not read: its checkpoints no longer
+		// tell the job's state.
+		t.canHandOn, t.canCache = false, false
 	}
 	if m.Opened != nil {
-		t.queueInsert(m.Opened, m.Idempotency, known[m.Opened.ID])
+		t.queueInsert(m.Opened, m.Idempotency, cps[m.Opened.ID])
 	}
 	for _, e := range m.Epochs {
 		t.queue.add("set epoch of "+e.Participant, setEpochSQL, t.job.Name, e.Participant, e.Epoch)
@@ -671,7 +672,7 @@ func (t *jobTx) Apply(ctx context.Context, m *coordinator.Mutation) error {
 		t.queueStatus(cp)
 	}
 	if m.JobDeleted {
-		t.carryable, t.cacheable = false, false
+		t.canHandOn, t.canCache = false, false
 		t.queue.add("delete checkpoints", "DELETE FROM checkpoints WHERE job = $1", t.job.Name)
 		t.queue.add("delete job", "UPDATE jobs SET deleted = true, updated_at = clock_timestamp() WHERE name = $1", t.job.Name)
 	}
@@ -680,10 +681,10 @@ func (t *jobTx) Apply(ctx context.Context, m *coordinator.Mutation) error {
 
 // queueInsert queues a new checkpoint, its participants, the job's seq if it grows, and the
 // Idempotency-Key that opened it (rec, if not nil). Its Seq is known only once the statement
-// ran, when it is set on cp and on its copy in known (k, if not nil): no update of this batch
-// can start from known after this one, but the batch's successor can (cacheable).
+// ran, when it is set on cp and on t's copy (k, if not nil): no update of this batch can
+// start from t's checkpoints after this one (canHandOn), but the batch's successor can.
 func (t *jobTx) queueInsert(cp *coordinator.Checkpoint, rec *coordinator.IdempotencyRecord, k *coordinator.Checkpoint) {
-	t.carryable = false
+	t.canHandOn = false
 	names := make([]string, len(cp.Participants))
 	for i, p := range cp.Participants {
 		names[i] = p.Name

@@ -1,0 +1,310 @@
+package postgres
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/twophase/coordinator/coordinator"
+	"github.com/twophase/coordinator/store/groupcommit"
+)
+
+// batch is one group commit: its updates, sorted by job, run one after the other in one
+// transaction on one connection, each under its job's lock, and are answered once the
+// transaction has committed. Its phases: start (a connection, BEGIN, each job's cached
+// state or none), begin (the first update of each job locked and read, or checked against
+// its cached state), run (every update, with those that join the batch meanwhile), finish
+// (COMMIT, then the cache, the waiters and the answers).
+type batch struct {
+	c     *committer
+	ctx   context.Context
+	conn  *pgx.Conn
+	queue *writeQueue
+	join  bool // updates that come for the batch's jobs may join it
+
+	ops       []*groupcommit.Op
+	txs       []*jobTx          // per update: its jobTx, set for the first of each job by start
+	errs      []error           // per update: why it could not begin
+	cached    []*jobState       // per first update of a job: the job's cached state, if any
+	estimates []time.Time       // per cached job: the clock estimated for its rules
+	locked    map[string]bool   // jobs whose lock the transaction holds
+	last      map[string]*jobTx // per job, its latest update in the batch
+	answers   []error           // per update run: its answer once committed
+	decided   [][]*coordinator.Checkpoint
+	recorded  []recorded // the votes and acks the batch recorded
+	lingerEnd time.Time  // how long the batch may wait for followers, once it does
+	stale     bool       // a cached state's check failed: the transaction is lost
+}
+
+// commit runs the updates in one transaction, with those that join it if join is true,
+// starting cached jobs from their cached state if useCache is true. On success it answers
+// every update and returns nil; on failure it answers none and returns the error, wrapping
+// errStale if a cached state was found stale (invariant 4 of DESIGN.md). Either way it
+// returns the updates it took.
+func (c *committer) commit(ops []*groupcommit.Op, join, useCache bool) (_ []*groupcommit.Op, err error) {
+	began := time.Now()
+	ctx, cancel := context.WithTimeout(context.Background(), batchTimeout)
+	defer cancel()
+	pooled, err := c.store.pool.Acquire(ctx)
+	if err != nil {
+		return ops, fmt.Errorf("acquire connection: %w", err)
+	}
+	defer func() {
+		// After a failed statement the transaction is aborted: end it, so that the pool
+		// keeps the connection (one left inside a transaction is closed on release).
+		if tx := pooled.Conn().PgConn().TxStatus(); tx == 'E' || tx == 'T' {
+			_, _ = pooled.Conn().Exec(ctx, "ROLLBACK")
+		}
+		pooled.Release()
+	}()
+	b := &batch{c: c, ctx: ctx, conn: pooled.Conn(), queue: &writeQueue{}, join: join, ops: ops}
+	defer func() {
+		// A failed check fails the transaction, and every statement after it: whatever error
+		// the batch ends with (a rule may have wrapped it, or not), it is errStale then.
+		if err != nil && b.stale && !errors.Is(err, errStale) {
+			err = fmt.Errorf("%w (%w)", errStale, err)
+		}
+	}()
+	b.queue.add("begin", "BEGIN")
+	if err := b.start(useCache); err != nil {
+		return b.ops, err
+	}
+	if err := b.run(); err != nil {
+		return b.ops, err
+	}
+	return b.ops, b.finish(began)
+}
+
+func (b *batch) newTx() *jobTx {
+	return &jobTx{ctx: b.ctx, conn: b.conn, write: true, queue: b.queue, origin: b.c.store.origin, cache: b.c.cache}
+}
+
+// start gives the first update of each job its jobTx, and begins them: from the job's
+// cached state if there is one (cache.go), else from what they read under the lock.
+func (b *batch) start(useCache bool) error {
+	n := len(b.ops)
+	b.txs, b.errs = make([]*jobTx, n), make([]error, n)
+	b.cached, b.estimates = make([]*jobState, n), make([]time.Time, n)
+	reads := false
+	for i, o := range b.ops {
+		if i > 0 && b.ops[i-1].Job == o.Job {
+			continue
+		}
+		b.txs[i] = b.newTx()
+		if useCache {
+			b.cached[i] = b.c.cache.take(o.Job)
+		}
+		if b.cached[i] == nil {
+			reads = true
+		} else {
+			var ok bool
+			if b.estimates[i], ok = b.c.cache.estimate(b.cached[i].lastNow); !ok {
+				reads = true
+			}
+		}
+	}
+	if reads {
+		if err := b.begin(); err != nil {
+			return err
+		}
+	} else {
+		b.resumeCached()
+	}
+	b.locked = make(map[string]bool, n)
+	for i, o := range b.ops {
+		if b.txs[i] != nil && b.txs[i].job != nil {
+			b.locked[o.Job] = true
+		} else if b.txs[i] != nil {
+			b.errs[i] = coordinator.ErrNotFound
+		}
+	}
+	return nil
+}
+
+// resumeCached begins every job of a batch whose jobs are all cached on its estimated
+// clock: the checks go with the writes and COMMIT, in one round trip (invariants 1-3).
+func (b *batch) resumeCached() {
+	for i, o := range b.ops {
+		st := b.cached[i]
+		if st == nil {
+			continue
+		}
+		b.queue.addScan("check the cached state of job "+o.Job, func(row pgx.Row) error {
+			var db time.Time
+			err := scanLockIfUnchanged(row, &db)
+			if err == nil {
+				b.c.cache.observe(db, time.Now())
+			}
+			b.stale = b.stale || errors.Is(err, errStale)
+			return err
+		}, lockIfUnchangedSQL, o.Job, st.version, b.estimates[i])
+		b.txs[i].resume(st, b.estimates[i], time.Now(), o.Checkpoint)
+		b.txs[i].version = st.version + 1
+	}
+}
+
+// begin reads, in one round trip, the state of the first update of each job (the ops are
+// sorted by job, and the locks are taken in that order): a cached job is checked
+// (lockIfUnchangedSQL), and begins from its cached state with the clock the check read;
+// the others are locked and read. A job found missing leaves its jobTx without a job.
+func (b *batch) begin() error {
+	results, err := b.queue.send(b.ctx, b.conn, func(q *pgx.Batch) {
+		for i, o := range b.ops {
+			switch {
+			case b.cached[i] != nil:
+				q.Queue(lockIfUnchangedSQL, o.Job, b.cached[i].version, nil)
+			case b.txs[i] != nil:
+				b.txs[i].queueBegin(q, o.Job, o.Checkpoint)
+			}
+		}
+	})
+	if err != nil {
+		return err
+	}
+	stale := make([]bool, len(b.ops))
+	for i, o := range b.ops {
+		switch {
+		case b.cached[i] != nil:
+			var now time.Time
+			if err := scanLockIfUnchanged(results.QueryRow(), &now); err != nil {
+				results.Close()
+				return err
+			}
+			at := time.Now()
+			b.c.cache.observe(now, at)
+			b.txs[i].resume(b.cached[i], now.UTC(), at, o.Checkpoint)
+			b.txs[i].version = b.cached[i].version + 1
+		case b.txs[i] != nil:
+			var err error
+			if stale[i], err = b.txs[i].readBegin(results, o.Checkpoint); err == coordinator.ErrNotFound {
+				b.txs[i].job = nil
+			} else if err != nil {
+				results.Close()
+				return err
+			}
+		}
+	}
+	if err := results.Close(); err != nil {
+		return err
+	}
+	for i, o := range b.ops {
+		if stale[i] {
+			if err := b.txs[i].readState(o.Checkpoint); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// run runs every update of the batch in turn, and those that join it before it commits.
+// A rejection is an answer; any other error fails the batch.
+func (b *batch) run() error {
+	b.last = make(map[string]*jobTx, len(b.ops))
+	b.answers = make([]error, 0, len(b.ops))
+	b.decided = make([][]*coordinator.Checkpoint, 0, len(b.ops))
+	for i := 0; ; i++ {
+		if i == len(b.ops) && !b.takeJoiners() {
+			return nil
+		}
+		o, t := b.ops[i], b.txs[i]
+		if t == nil {
+			// An earlier update of the batch took this job's lock (or found it missing).
+			t = b.newTx()
+			if prev := b.last[o.Job]; prev == nil || !prev.handOn(t, o.Checkpoint) {
+				b.errs[i] = t.begin(o.Job, o.Checkpoint, b.locked[o.Job])
+			}
+		}
+		if b.errs[i] == coordinator.ErrNotFound {
+			b.answers, b.decided = append(b.answers, b.errs[i]), append(b.decided, nil)
+			continue
+		}
+		if b.errs[i] != nil {
+			return b.errs[i]
+		}
+		b.locked[o.Job] = true
+		fnErr := o.Fn(t)
+		if fnErr != nil && !coordinator.IsRejection(fnErr) {
+			return fnErr
+		}
+		b.answers, b.decided = append(b.answers, fnErr), append(b.decided, t.decided)
+		b.last[o.Job] = t
+		b.recorded = append(b.recorded, t.recorded...)
+	}
+}
+
+// takeJoiners asks the dispatcher for the updates that came for the batch's jobs, waiting
+// for followers as the linger policy allows, and adds them; false if none came.
+func (b *batch) takeJoiners() bool {
+	if !b.join {
+		return false
+	}
+	await := awaited(b.recorded, b.last)
+	if len(await) > 0 && b.lingerEnd.IsZero() {
+		b.lingerEnd = time.Now().Add(joinWait)
+	}
+	more := b.c.more(b.ops, await, b.lingerEnd)
+	if len(more) == 0 {
+		return false
+	}
+	b.ops = append(b.ops, more...)
+	b.txs = append(b.txs, make([]*jobTx, len(more))...)
+	b.errs = append(b.errs, make([]error, len(more))...)
+	return true
+}
+
+// finish commits, then caches what each job's last update left, tells this process's
+// waiters of the decisions and answers every update.
+func (b *batch) finish(began time.Time) error {
+	b.queue.add("commit", "COMMIT")
+	if err := b.queue.flush(b.ctx, b.conn); err != nil {
+		// The decisions may have committed: their waiters read to find out.
+		for _, cps := range b.decided {
+			for _, cp := range cps {
+				b.c.store.broker.Notify(cp.Job, cp.ID)
+			}
+		}
+		return fmt.Errorf("commit: %w", err)
+	}
+	for _, o := range b.ops {
+		if t := b.last[o.Job]; t != nil {
+			b.last[o.Job] = nil
+			b.c.cache.put(t, t.version, began)
+		}
+	}
+	for i, o := range b.ops {
+		for _, cp := range b.decided[i] {
+			b.c.store.broker.Publish(cp)
+		}
+		o.Finish(b.answers[i])
+	}
+	return nil
+}
+
+// awaited returns the jobs on whose checkpoints the batch recorded a vote (or an ack) and
+// that, as the batch left them, still miss votes (preparing) or acks (committing): the
+// other participants' may be on their way, independently of this batch. (Not after a
+// prepare or a decision: what follows those needs the batch's answer first.)
+func awaited(recs []recorded, last map[string]*jobTx) map[string]bool {
+	var await map[string]bool
+	for _, r := range recs {
+		t := last[r.job]
+		if t == nil || t.checkpoints == nil || t.checkpoints[r.id] == nil {
+			continue
+		}
+		cp := t.checkpoints[r.id]
+		for _, p := range cp.Participants {
+			if !r.ack && cp.Status == coordinator.StatusPreparing && p.Vote == "" || r.ack && cp.Status == coordinator.StatusCommitting && p.AckedAt == nil {
+				if await == nil {
+					await = map[string]bool{}
+				}
+				await[r.job] = true
+				break
+			}
+		}
+	}
+	return await
+}

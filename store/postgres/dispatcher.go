@@ -1,0 +1,211 @@
+package postgres
+
+import (
+	"time"
+
+	"github.com/twophase/coordinator/coordinator"
+	"github.com/twophase/coordinator/store/groupcommit"
+)
+
+// The dispatcher is the committer's one goroutine that decides what runs: it takes the
+// updates queued, hands a batch of them to a worker whenever one is free (dispatcher.next),
+// and answers the join requests of batches about to commit (dispatcher.answer), holding one
+// while the linger policy says its batch may wait for followers.
+
+// joinRequest asks the dispatcher, for a batch about to commit, for the updates that came
+// meanwhile for its jobs (whose locks it holds), up to max. If none came, but the batch
+// awaits some (await: jobs whose checkpoint still misses votes or acks), the dispatcher
+// may hold the answer until one comes, or until until (lingerPolicy).
+type joinRequest struct {
+	jobs  map[string]bool
+	await map[string]bool
+	until time.Time
+	max   int
+	reply chan []*groupcommit.Op
+}
+
+// dispatcher is the state of the dispatch loop; only that goroutine touches it.
+type dispatcher struct {
+	c        *committer
+	waiting  []*groupcommit.Op // claimed, in arrival order, not yet in a batch
+	busy     map[string]bool   // jobs in a running batch
+	parked   []joinRequest     // join requests held for followers, oldest first
+	linger   *lingerPolicy     // whether they may be held
+	running  int               // batches running
+	finished chan []*groupcommit.Op
+}
+
+// dispatch hands batches to workers until the committer stops, then waits for the batches
+// running and answers what was left as unavailable.
+func (c *committer) dispatch() {
+	defer close(c.done)
+	d := &dispatcher{c: c, busy: map[string]bool{}, linger: newLingerPolicy(time.Now),
+		finished: make(chan []*groupcommit.Op, c.workers)}
+	arrivals := c.queue.Arrivals()
+	for {
+		d.startBatches()
+		select {
+		case o := <-arrivals:
+			d.claim(o)
+			d.take(arrivals)
+			d.reanswer()
+		case req := <-c.join:
+			d.take(arrivals)
+			if !d.answer(req) {
+				d.parked = append(d.parked, req)
+			}
+		case <-d.wake():
+			d.reanswer()
+		case batch := <-d.finished:
+			d.running--
+			for _, o := range batch {
+				delete(d.busy, o.Job)
+			}
+		case <-c.stop:
+			d.stop()
+			return
+		}
+	}
+}
+
+// startBatches hands batches to free workers while there are updates they can take.
+func (d *dispatcher) startBatches() {
+	for d.running < d.c.workers {
+		batch := d.next()
+		if len(batch) == 0 {
+			return
+		}
+		d.running++
+		go func() { d.finished <- d.c.run(batch) }()
+	}
+}
+
+func (d *dispatcher) claim(o *groupcommit.Op) {
+	if d.c.queue.Claim(o) {
+		d.waiting = append(d.waiting, o)
+	}
+}
+
+// take claims what else has arrived, without waiting, up to a bound.
+func (d *dispatcher) take(arrivals <-chan *groupcommit.Op) {
+	for len(d.waiting) < 4*d.c.maxBatch {
+		select {
+		case o := <-arrivals:
+			d.claim(o)
+		default:
+			return
+		}
+	}
+}
+
+// next takes from waiting, in order, up to maxBatch updates whose job is in no running
+// batch, marks their jobs busy and returns them. Updates whose context ended are
+// answered and dropped.
+func (d *dispatcher) next() []*groupcommit.Op {
+	var batch []*groupcommit.Op
+	inBatch := map[string]bool{}
+	rest := d.waiting[:0]
+	for _, o := range d.waiting {
+		switch {
+		case len(batch) >= d.c.maxBatch || d.busy[o.Job] && !inBatch[o.Job]:
+			rest = append(rest, o)
+		case o.Ctx.Err() != nil:
+			o.Finish(o.Ctx.Err())
+		default:
+			batch = append(batch, o)
+			inBatch[o.Job] = true
+			d.busy[o.Job] = true
+		}
+	}
+	clear(d.waiting[len(rest):])
+	d.waiting = rest
+	return batch
+}
+
+// answer answers a join request with the updates waiting for its jobs. If there are none
+// and the linger policy lets the batch wait, it answers nothing and returns false: the
+// caller parks the request.
+func (d *dispatcher) answer(req joinRequest) bool {
+	var joined []*groupcommit.Op
+	rest := d.waiting[:0]
+	for _, o := range d.waiting {
+		switch {
+		case len(joined) >= req.max || !req.jobs[o.Job]:
+			rest = append(rest, o)
+		case o.Ctx.Err() != nil:
+			o.Finish(o.Ctx.Err())
+		default:
+			joined = append(joined, o)
+		}
+	}
+	clear(d.waiting[len(rest):])
+	d.waiting = rest
+	if len(joined) > 0 {
+		d.linger.joined(req.await)
+	} else if d.linger.keepWaiting(req.await, req.until) {
+		return false
+	}
+	req.reply <- joined
+	return true
+}
+
+// reanswer answers the parked requests that can be answered now.
+func (d *dispatcher) reanswer() {
+	still := d.parked[:0]
+	for _, req := range d.parked {
+		if !d.answer(req) {
+			still = append(still, req)
+		}
+	}
+	clear(d.parked[len(still):])
+	d.parked = still
+}
+
+// wake fires when the first parked request's time is up; nil (never) when none is parked.
+func (d *dispatcher) wake() <-chan time.Time {
+	if len(d.parked) == 0 {
+		return nil
+	}
+	first := d.parked[0].until
+	for _, req := range d.parked[1:] {
+		if req.until.Before(first) {
+			first = req.until
+		}
+	}
+	return time.After(time.Until(first))
+}
+
+// stop answers the parked requests empty, waits for the running batches, and answers what
+// was still waiting, and what is still queued, as unavailable.
+func (d *dispatcher) stop() {
+	for _, req := range d.parked {
+		req.reply <- nil
+	}
+	for ; d.running > 0; d.running-- {
+		<-d.finished
+	}
+	for _, o := range d.waiting {
+		o.Finish(coordinator.Unavailable(groupcommit.ErrClosed))
+	}
+	d.c.queue.Drain()
+}
+
+// more returns the updates that came, while the batch ops ran, for the jobs of ops: they
+// join the batch before it commits (their jobs' locks are held already, so no lock is
+// taken out of order), instead of waiting for a transaction of their own.
+func (c *committer) more(ops []*groupcommit.Op, await map[string]bool, until time.Time) []*groupcommit.Op {
+	if len(ops) >= c.maxBatch {
+		return nil
+	}
+	jobs := make(map[string]bool, len(ops))
+	for _, o := range ops {
+		jobs[o.Job] = true
+	}
+	req := joinRequest{jobs: jobs, await: await, until: until, max: c.maxBatch - len(ops), reply: make(chan []*groupcommit.Op, 1)}
+	select {
+	case c.join <- req:
+		return <-req.reply
+	case <-c.stop:
+		return nil
+	}
+}

@@ -12,24 +12,9 @@ import (
 )
 
 // The committer keeps, for each job it recently changed, the state its last committed batch
-// left: the job's row, its preparing and committing checkpoints, and the job's version.
-// Every transaction that changes a job bumps jobs.version under the job's lock (lockJobSQL,
-// PutJob, and lockIfUnchangedSQL below), whichever process runs it. So while the version is the one
-// cached, the cache is what the database holds, and the next batch can run the rules on it
-// at once: it takes the lock with lockIfUnchangedSQL, which fails the whole transaction unless the
-// version is still the one cached, queued before the writes and sent with them and COMMIT.
-// A batch of cached jobs is then one round trip instead of two. If the check fails (another
-// process changed the job), nothing of the batch commits; its jobs are forgotten and the
-// batch runs again, reading every job under its lock.
-//
-// The rules' clock is then not read under the lock but estimated: the database's clock as
-// last read (at a moment known by the local monotonic clock) plus the time elapsed since,
-// never before the job's last update. Decisions are timed by it: behind the database's
-// clock by about the time a reading takes to come back (under a millisecond here, more on
-// a loaded machine), never ahead of it, so timestamps of a job never go back. Deadlines
-// stay exact (rule 6): lockIfUnchangedSQL also fails if a preparing checkpoint's deadline falls
-// between the estimate and the database's clock, so no rule decides on the wrong side of
-// one. A job whose cached state was found stale is not cached for a second (contendedFor).
+// left: the job's row, its preparing and committing checkpoints, and the job's version, so
+// that the next batch can run the rules at once on an estimate of the database's clock and
+// send the check with its writes and COMMIT. Why that is safe: DESIGN.md, invariants 1-6.
 
 // lockIfUnchangedSQL locks job $1 and bumps its version if the version is still $2, and returns the
 // clock; it raises division_by_zero, failing the transaction, if the version changed (or
@@ -57,7 +42,8 @@ func scanLockIfUnchanged(row pgx.Row, now *time.Time) error {
 	return err
 }
 
-// jobState is what a committed batch left of a job, valid while its version is version.
+// jobState is what a committed batch left of a job, valid while its version is version
+// (DESIGN.md, invariant 1).
 type jobState struct {
 	version     int64
 	job         *coordinator.Job
@@ -164,13 +150,8 @@ func (c *stateCache) listen(on bool) {
 }
 
 // knownPreparing reports whether checkpoint id of job is preparing by what this process
-// knows, without a read: its cached state says so, and the listener is listening. A
-// waiter that subscribed before asking can then wait without reading: a decision taken
-// after that state either is this process's (its batch took the cached state before
-// deciding, and publishes the decision to subscribers) or another process's, heard by the
-// listener after it committed; heard before the question, it dropped the cached state
-// (heardForeign, and put refuses states from batches begun before it); heard after, it
-// wakes the subscriber.
+// knows, without a read: its cached state says so, and the listener is listening
+// (DESIGN.md, invariant 6).
 func (c *stateCache) knownPreparing(job string, id int64) bool {
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -193,11 +174,9 @@ func (c *stateCache) contended(job string) {
 	c.stale[job] = time.Now()
 }
 
-// observe notes a reading of the database's clock, received at local time at. A reading
-// is late by the time its answer took to come, so of the readings of the last second the
-// one that shows the database's clock furthest ahead of the local one is the closest; an
-// estimate from it is behind the database's clock, never ahead, so that timestamps taken
-// after it under the lock do not go back.
+// observe notes a reading of the database's clock, received at local time at; of the
+// readings of the last second, it keeps the one that shows the database's clock furthest
+// ahead of the local one (DESIGN.md, invariant 3).
 func (c *stateCache) observe(db, at time.Time) {
 	c.mu.Lock()
 	defer c.mu.Unlock()

@@ -11,19 +11,12 @@ import (
 	"github.com/twophase/coordinator/store/groupcommit"
 )
 
-// committer group-commits updates: a dispatcher takes every update queued, and whenever
-// one of a few workers is free, hands it a batch of them; the worker runs them one after
-// the other in one database transaction, each under its job's lock, and answers them all
-// once that transaction has committed. One fsync then serves many requests, and no request
-// is answered before the transaction holding its write is durable (rule 3).
-//
-// A job is in at most one batch at a time: its later updates join that batch if they come
-// before it commits (the job's lock is held already), else wait for it to end. So workers
-// never wait for each other's job locks, and a job's updates run in the order they came.
-// While every worker is busy, updates pile up, and the next batch takes them all: the
-// busier the coordinator, the more each transaction carries. Within a batch the jobs are
-// locked in name order. If a batch fails, its updates are run again one by one, so that
-// one failing update does not fail the others.
+// committer group-commits updates: a dispatcher (dispatcher.go) takes every update queued,
+// and whenever one of a few writers is free, hands it a batch of them; the writer runs them
+// one after the other in one database transaction, each under its job's lock, and answers
+// them all once that transaction has committed (batch.go). One fsync then serves many
+// requests, and no request is answered before the transaction holding its write is durable
+// (rule 3). DESIGN.md, invariants 8-11, says why that is safe.
 type committer struct {
 	store    *Store
 	queue    *groupcommit.Queue
@@ -35,10 +28,9 @@ type committer struct {
 	cache    *stateCache
 }
 
-// defaultWriters is how many batches commit at once unless Options.Writers says: on two
-// cores with PostgreSQL on the same machine, 2 did 5-15 % more rounds at 16 jobs than 3,
-// and 3 more than 5 or 8 (cmd/coordinator/BENCH.md); one would stall everything behind a
-// batch waiting for a lock another process holds.
+// defaultWriters is how many batches commit at once unless Options.Writers says: fewer
+// make larger transactions, and two did best on two cores (cmd/coordinator/BENCH.md); one
+// would stall everything behind a batch waiting for a lock another process holds.
 const defaultWriters = 2
 
 // batchTimeout bounds one group commit; requests give up earlier on their own deadline.

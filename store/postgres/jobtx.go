@@ -136,12 +136,10 @@ const jobRowColumns = `j.name, j.participants, j.checkpoint_timeout_ms, j.max_co
 	j.seq, j.created_at, j.updated_at`
 
 // lockJobSQL locks the job's row, bumps its version and returns it as it stands once the
-// lock is granted (a statement that waits for a row lock works on the row's latest
-// version), with the clock, taken once the lock is held (so that a decision is timed when
-// it is taken). It also reads the job's epochs, its preparing checkpoints and checkpoint
-// $2 whatever its status (0: none), but those come from the statement's snapshot, which
-// may predate the transaction that held the lock: they are current only if the version
-// the snapshot saw ("seen") is the one the lock found. Otherwise stateSQL reads them again.
+// lock is granted, with the clock taken once the lock is held (so that a decision is timed
+// when it is taken), the job's epochs, its preparing checkpoints and checkpoint $2 whatever
+// its status (0: none). The epochs and checkpoints are current only if the version the
+// statement's snapshot saw is the one the lock found (DESIGN.md, invariant 7).
 var lockJobSQL = `UPDATE jobs j SET version = j.version + 1 WHERE j.name = $1 AND NOT j.deleted
 	RETURNING ` + jobRowColumns + `, j.version - 1, (SELECT o.version FROM jobs o WHERE o.name = $1), clock_timestamp(),
 	(SELECT coalesce(array_agg(e.participant ORDER BY e.participant), '{}') FROM participant_epochs e WHERE e.job = $1),

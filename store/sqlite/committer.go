@@ -61,7 +61,7 @@ func (s *Store) commit(ops []*groupcommit.Op) error {
 	results := make([]error, len(ops))
 	decided := make([][]*coordinator.Checkpoint, len(ops))
 	for i, o := range ops {
-		if _, err := tx.ExecContext(ctx, "SAVEPOINT update_op"); err != nil {
+		if _, err := tx.ExecContext(ctx, savepointSQL); err != nil {
 			return err
 		}
 		t := &jobTx{tx: tx, write: true}
@@ -70,12 +70,12 @@ func (s *Store) commit(ops []*groupcommit.Op) error {
 			err = o.Fn(t)
 		}
 		if err != nil && !coordinator.IsRejection(err) {
-			if _, rbErr := tx.ExecContext(ctx, "ROLLBACK TO update_op"); rbErr != nil {
+			if _, rbErr := tx.ExecContext(ctx, rollbackToSavepointSQL); rbErr != nil {
 				return rbErr
 			}
 			t.decided = nil
 		}
-		if _, err := tx.ExecContext(ctx, "RELEASE update_op"); err != nil {
+		if _, err := tx.ExecContext(ctx, releaseSavepointSQL); err != nil {
 			return err
 		}
 		results[i], decided[i] = err, t.decided

@@ -26,7 +26,7 @@ var _ coordinator.JobTx = (*jobTx)(nil)
 var errReadOnly = errors.New("sqlite: write in a read-only transaction")
 
 func (t *jobTx) load(ctx context.Context, name string) error {
-	job, err := scanJob(t.tx.QueryRowContext(ctx, "SELECT "+jobColumns+" FROM jobs j WHERE j.name = ? AND NOT j.deleted", name), false)
+	job, err := scanJob(t.tx.QueryRowContext(ctx, viewJobSQL, name), false)
 	if err != nil {
 		return err
 	}
@@ -44,8 +44,6 @@ func (t *jobTx) writable() error {
 	}
 	return nil
 }
-
-const checkpointColumns = `c.job, c.id, c.seq, c.status, c.auto_commit, c.created_at, c.deadline, c.decided_at, c.completed_at, c.abort_reason`
 
 // queryCheckpoints runs a query selecting checkpointColumns and loads each checkpoint's
 // participants, in the order the query returned the checkpoints.
@@ -89,12 +87,7 @@ func queryCheckpoints(ctx context.Context, q querier, query string, args ...any)
 	if err != nil {
 		return nil, err
 	}
-	rows, err = q.QueryContext(ctx, `
-		SELECT p.job, p.checkpoint_id, p.participant, p.epoch, p.vote, p.reason, p.committables, p.voted_at, p.acked_at
-		FROM json_each(?) AS k
-		JOIN checkpoints c ON c.seq = k.value
-		JOIN checkpoint_participants p ON p.job = c.job AND p.checkpoint_id = c.id
-		ORDER BY p.job, p.checkpoint_id, p.position`, string(seqJSON))
+	rows, err = q.QueryContext(ctx, participantsSQL, string(seqJSON))
 	if err != nil {
 		return nil, err
 	}
@@ -122,11 +115,11 @@ func queryCheckpoints(ctx context.Context, q querier, query string, args ...any)
 }
 
 func (t *jobTx) Preparing(ctx context.Context) ([]*coordinator.Checkpoint, error) {
-	return queryCheckpoints(ctx, t.tx, "SELECT "+checkpointColumns+" FROM checkpoints c WHERE c.job = ? AND c.status = 'preparing' ORDER BY c.id", t.job.Name)
+	return queryCheckpoints(ctx, t.tx, preparingSQL, t.job.Name)
 }
 
 func (t *jobTx) Checkpoint(ctx context.Context, id int64) (*coordinator.Checkpoint, error) {
-	cps, err := queryCheckpoints(ctx, t.tx, "SELECT "+checkpointColumns+" FROM checkpoints c WHERE c.job = ? AND c.id = ?", t.job.Name, id)
+	cps, err := queryCheckpoints(ctx, t.tx, checkpointSQL, t.job.Name, id)
 	if err != nil {
 		return nil, err
 	}
@@ -140,19 +133,12 @@ func (t *jobTx) Checkpoint(ctx context.Context, id int64) (*coordinator.Checkpoi
 // participant may owe something: preparing or committing and not acked, or aborted with a
 // prepared vote not acked. The rules decide on each.
 func (t *jobTx) Owing(ctx context.Context, participant string) ([]*coordinator.Checkpoint, error) {
-	return queryCheckpoints(ctx, t.tx, `
-		SELECT `+checkpointColumns+` FROM checkpoints c
-		WHERE c.job = ?1 AND EXISTS (
-			SELECT 1 FROM checkpoint_participants p
-			WHERE p.job = c.job AND p.checkpoint_id = c.id AND p.acked_at IS NULL
-			  AND (?2 = '' OR p.participant = ?2)
-			  AND (c.status IN ('preparing', 'committing') OR (c.status = 'aborted' AND p.vote = 'prepared')))
-		ORDER BY c.id`, t.job.Name, participant)
+	return queryCheckpoints(ctx, t.tx, owingSQL, t.job.Name, participant)
 }
 
 func (t *jobTx) Idempotency(ctx context.Context, key string) (coordinator.IdempotencyRecord, bool, error) {
 	rec := coordinator.IdempotencyRecord{Key: key}
-	err := t.tx.QueryRowContext(ctx, "SELECT fingerprint, checkpoint_id FROM idempotency_keys WHERE job = ? AND key = ?", t.job.Name, key).
+	err := t.tx.QueryRowContext(ctx, idempotencyKeySQL, t.job.Name, key).
 		Scan(&rec.Fingerprint, &rec.Checkpoint)
 	if errors.Is(err, sql.ErrNoRows) {
 		return rec, false, nil
@@ -204,9 +190,7 @@ func (t *jobTx) Apply(ctx context.Context, m *coordinator.Mutation) error {
 }
 
 func (t *jobTx) insertCheckpoint(ctx context.Context, cp *coordinator.Checkpoint, rec *coordinator.IdempotencyRecord) error {
-	err := t.tx.QueryRowContext(ctx, `
-		INSERT INTO checkpoints (job, id, status, auto_commit, created_at, deadline, decided_at, completed_at, abort_reason)
-		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?) RETURNING seq`,
+	err := t.tx.QueryRowContext(ctx, insertCheckpointSQL,
 		t.job.Name, cp.ID, string(cp.Status), cp.AutoCommit, cp.CreatedAt.UnixMicro(), cp.Deadline.UnixMicro(),
 		micros(cp.DecidedAt), micros(cp.CompletedAt), nullable(cp.AbortReason),
 	).Scan(&cp.Seq)
@@ -222,21 +206,17 @@ func (t *jobTx) insertCheckpoint(ctx context.Context, cp *coordinator.Checkpoint
 		return err
 	}
 	// json_each numbers array elements from 0; positions start at 1, as in Postgres.
-	if _, err := t.tx.ExecContext(ctx, `
-		INSERT INTO checkpoint_participants (job, checkpoint_id, position, participant)
-		SELECT ?, ?, n.key + 1, n.value FROM json_each(?) AS n`,
-		t.job.Name, cp.ID, string(namesJSON)); err != nil {
+	if _, err := t.tx.ExecContext(ctx, insertParticipantsSQL, t.job.Name, cp.ID, string(namesJSON)); err != nil {
 		return fmt.Errorf("insert participants of checkpoint %d: %w", cp.ID, err)
 	}
 	if cp.ID > t.job.Seq {
-		if _, err := t.tx.ExecContext(ctx, "UPDATE jobs SET seq = ? WHERE name = ?", cp.ID, t.job.Name); err != nil {
+		if _, err := t.tx.ExecContext(ctx, raiseSeqSQL, cp.ID, t.job.Name); err != nil {
 			return err
 		}
 		t.job.Seq = cp.ID
 	}
 	if rec != nil {
-		if _, err := t.tx.ExecContext(ctx, "INSERT INTO idempotency_keys (job, key, fingerprint, checkpoint_id) VALUES (?, ?, ?, ?)",
-			t.job.Name, rec.Key, rec.Fingerprint, rec.Checkpoint); err != nil {
+		if _, err := t.tx.ExecContext(ctx, recordIdempotencyKeySQL, t.job.Name, rec.Key, rec.Fingerprint, rec.Checkpoint); err != nil {
 			return fmt.Errorf("record idempotency key: %w", err)
 		}
 	}
@@ -248,9 +228,7 @@ func (t *jobTx) saveVote(ctx context.Context, cp int64, p *coordinator.Participa
 	if p.Committables != nil {
 		committables = string(p.Committables)
 	}
-	_, err := t.tx.ExecContext(ctx, `
-		UPDATE checkpoint_participants SET epoch = ?4, vote = ?5, reason = ?6, committables = ?7, voted_at = ?8
-		WHERE job = ?1 AND checkpoint_id = ?2 AND participant = ?3`,
+	_, err := t.tx.ExecContext(ctx, saveVoteSQL,
 		t.job.Name, cp, p.Name, p.Epoch, nullable(string(p.Vote)), nullable(p.Reason), committables, micros(p.VotedAt))
 	if err != nil {
 		return fmt.Errorf("save vote of %s on %d: %w", p.Name, cp, err)
@@ -259,8 +237,7 @@ func (t *jobTx) saveVote(ctx context.Context, cp int64, p *coordinator.Participa
 }
 
 func (t *jobTx) saveAck(ctx context.Context, cp int64, p *coordinator.ParticipantState) error {
-	_, err := t.tx.ExecContext(ctx, "UPDATE checkpoint_participants SET acked_at = ?4 WHERE job = ?1 AND checkpoint_id = ?2 AND participant = ?3",
-		t.job.Name, cp, p.Name, micros(p.AckedAt))
+	_, err := t.tx.ExecContext(ctx, saveAckSQL, t.job.Name, cp, p.Name, micros(p.AckedAt))
 	if err != nil {
 		return fmt.Errorf("save ack of %s on %d: %w", p.Name, cp, err)
 	}
@@ -270,9 +247,7 @@ func (t *jobTx) saveAck(ctx context.Context, cp int64, p *coordinator.Participan
 // saveStatus stores the checkpoint's decision; its waiters are woken once the
 // transaction commits (Store.run).
 func (t *jobTx) saveStatus(ctx context.Context, cp *coordinator.Checkpoint) error {
-	_, err := t.tx.ExecContext(ctx, `
-		UPDATE checkpoints SET status = ?3, decided_at = ?4, completed_at = ?5, abort_reason = ?6
-		WHERE job = ?1 AND id = ?2`,
+	_, err := t.tx.ExecContext(ctx, saveStatusSQL,
 		cp.Job, cp.ID, string(cp.Status), micros(cp.DecidedAt), micros(cp.CompletedAt), nullable(cp.AbortReason))
 	if err != nil {
 		return fmt.Errorf("save status of %d: %w", cp.ID, err)
@@ -282,9 +257,7 @@ func (t *jobTx) saveStatus(ctx context.Context, cp *coordinator.Checkpoint) erro
 }
 
 func (t *jobTx) setEpoch(ctx context.Context, participant string, epoch int64) error {
-	_, err := t.tx.ExecContext(ctx, `
-		INSERT INTO participant_epochs (job, participant, epoch) VALUES (?, ?, ?)
-		ON CONFLICT (job, participant) DO UPDATE SET epoch = excluded.epoch`, t.job.Name, participant, epoch)
+	_, err := t.tx.ExecContext(ctx, setEpochSQL, t.job.Name, participant, epoch)
 	if err != nil {
 		return fmt.Errorf("set epoch of %s: %w", participant, err)
 	}
@@ -295,10 +268,10 @@ func (t *jobTx) setEpoch(ctx context.Context, participant string, epoch int64) e
 // deleteJob deletes the job's checkpoints (their participants and idempotency keys
 // cascade) and marks the job deleted, keeping its row, so its Seq and epochs live on.
 func (t *jobTx) deleteJob(ctx context.Context) error {
-	if _, err := t.tx.ExecContext(ctx, "DELETE FROM checkpoints WHERE job = ?", t.job.Name); err != nil {
+	if _, err := t.tx.ExecContext(ctx, deleteCheckpointsSQL, t.job.Name); err != nil {
 		return fmt.Errorf("delete checkpoints: %w", err)
 	}
-	if _, err := t.tx.ExecContext(ctx, "UPDATE jobs SET deleted = 1, updated_at = ? WHERE name = ?", now().UnixMicro(), t.job.Name); err != nil {
+	if _, err := t.tx.ExecContext(ctx, markJobDeletedSQL, now().UnixMicro(), t.job.Name); err != nil {
 		return fmt.Errorf("delete job: %w", err)
 	}
 	return nil

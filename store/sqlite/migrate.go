@@ -144,15 +144,14 @@ func MigrationVersion(dataDir string) (version uint, dirty bool, err error) {
 // schemaVersion reads golang-migrate's record of the schema version, 0 if there is none.
 func schemaVersion(ctx context.Context, db *sql.DB) (version uint, dirty bool, err error) {
 	var tables int
-	if err := db.QueryRowContext(ctx, "SELECT count(*) FROM sqlite_master WHERE type = 'table' AND name = ?",
-		migratesqlite.DefaultMigrationsTable).Scan(&tables); err != nil {
+	if err := db.QueryRowContext(ctx, migrationsTableSQL, migratesqlite.DefaultMigrationsTable).Scan(&tables); err != nil {
 		return 0, false, err
 	}
 	if tables == 0 {
 		return 0, false, nil
 	}
 	var v int64
-	err = db.QueryRowContext(ctx, "SELECT version, dirty FROM "+migratesqlite.DefaultMigrationsTable+" LIMIT 1").Scan(&v, &dirty)
+	err = db.QueryRowContext(ctx, schemaVersionSQL(migratesqlite.DefaultMigrationsTable)).Scan(&v, &dirty)
 	if errors.Is(err, sql.ErrNoRows) || (err == nil && v < 0) {
 		return 0, false, nil
 	}

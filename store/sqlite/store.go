@@ -32,7 +32,6 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -367,23 +366,13 @@ func (s *Store) PutJob(ctx context.Context, name string, cfg coordinator.JobConf
 	var created bool
 	err = s.writeTx(ctx, func(tx *sql.Tx) error {
 		var deleted bool
-		err := tx.QueryRowContext(ctx, "SELECT deleted FROM jobs WHERE name = ?", name).Scan(&deleted)
+		err := tx.QueryRowContext(ctx, putJobDeletedSQL, name).Scan(&deleted)
 		exists := err == nil
 		if err != nil && !errors.Is(err, sql.ErrNoRows) {
 			return err
 		}
 		at := now().UnixMicro()
-		_, err = tx.ExecContext(ctx, `
-			INSERT INTO jobs (name, participants, checkpoint_timeout_ms, max_concurrent_checkpoints, auto_commit, created_at, updated_at)
-			VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?6)
-			ON CONFLICT (name) DO UPDATE SET
-				participants = excluded.participants,
-				checkpoint_timeout_ms = excluded.checkpoint_timeout_ms,
-				max_concurrent_checkpoints = excluded.max_concurrent_checkpoints,
-				auto_commit = excluded.auto_commit,
-				created_at = CASE WHEN jobs.deleted THEN excluded.created_at ELSE jobs.created_at END,
-				updated_at = excluded.updated_at,
-				deleted = 0`,
+		_, err = tx.ExecContext(ctx, putJobUpsertSQL,
 			name, string(participants), cfg.CheckpointTimeout.Milliseconds(), cfg.MaxConcurrentCheckpoints, cfg.AutoCommit, at)
 		if err != nil {
 			return err
@@ -438,15 +427,6 @@ type querier interface {
 	QueryRowContext(ctx context.Context, query string, args ...any) *sql.Row
 }
 
-// jobColumns select a job's row with its epochs as a JSON object.
-const jobColumns = `j.name, j.participants, j.checkpoint_timeout_ms, j.max_concurrent_checkpoints, j.auto_commit,
-	j.seq, j.created_at, j.updated_at,
-	(SELECT json_group_object(e.participant, e.epoch) FROM participant_epochs e WHERE e.job = j.name)`
-
-const jobViewColumns = jobColumns + `,
-	(SELECT max(c.id) FROM checkpoints c WHERE c.job = j.name),
-	(SELECT max(c.id) FROM checkpoints c WHERE c.job = j.name AND c.status IN ('committing', 'committed'))`
-
 // scanner is what *sql.Row and *sql.Rows share.
 type scanner interface{ Scan(dest ...any) error }
 
@@ -478,7 +458,7 @@ func scanJob(row scanner, view bool) (*coordinator.Job, error) {
 }
 
 func getJob(ctx context.Context, q querier, name string) (*coordinator.Job, error) {
-	return scanJob(q.QueryRowContext(ctx, "SELECT "+jobViewColumns+" FROM jobs j WHERE j.name = ? AND NOT j.deleted", name), true)
+	return scanJob(q.QueryRowContext(ctx, getJobSQL, name), true)
 }
 
 // ListJobs implements coordinator.Store. Names are ordered byte by byte.
@@ -486,7 +466,7 @@ func (s *Store) ListJobs(ctx context.Context, after string, limit int) ([]*coord
 	if err := s.checkOpen(); err != nil {
 		return nil, err
 	}
-	rows, err := s.reader.QueryContext(ctx, "SELECT "+jobViewColumns+" FROM jobs j WHERE NOT j.deleted AND j.name > ? ORDER BY j.name LIMIT ?", after, limit)
+	rows, err := s.reader.QueryContext(ctx, listJobsSQL, after, limit)
 	if err != nil {
 		return nil, translate(err)
 	}
@@ -509,34 +489,20 @@ func (s *Store) ListCheckpoints(ctx context.Context, q coordinator.CheckpointQue
 	if err := s.checkOpen(); err != nil {
 		return nil, err
 	}
-	var where []string
+	var query string
 	var args []any
-	order := "c.seq"
 	if q.Job != "" {
-		where = append(where, "c.job = ?")
+		query = listJobCheckpointsSQL(q.After > 0, len(q.Statuses))
 		args = append(args, q.Job)
-		if q.After > 0 {
-			where = append(where, "c.id < ?")
-			args = append(args, q.After)
-		}
-		order = "c.id DESC"
-	} else if q.After > 0 {
-		where = append(where, "c.seq > ?")
+	} else {
+		query = listAllCheckpointsSQL(q.After > 0, len(q.Statuses))
+	}
+	if q.After > 0 {
 		args = append(args, q.After)
 	}
-	if len(q.Statuses) > 0 {
-		marks := make([]string, len(q.Statuses))
-		for i, st := range q.Statuses {
-			marks[i] = "?"
-			args = append(args, string(st))
-		}
-		where = append(where, "c.status IN ("+strings.Join(marks, ", ")+")")
+	for _, st := range q.Statuses {
+		args = append(args, string(st))
 	}
-	query := "SELECT " + checkpointColumns + " FROM checkpoints c"
-	if len(where) > 0 {
-		query += " WHERE " + strings.Join(where, " AND ")
-	}
-	query += " ORDER BY " + order + " LIMIT ?"
 	args = append(args, q.Limit)
 	var out []*coordinator.Checkpoint
 	err := s.readTx(ctx, func(tx *sql.Tx) error {
@@ -565,7 +531,7 @@ func (s *Store) ExpiredJobs(ctx context.Context) ([]string, error) {
 	if err := s.checkOpen(); err != nil {
 		return nil, err
 	}
-	rows, err := s.reader.QueryContext(ctx, "SELECT DISTINCT job FROM checkpoints WHERE status = 'preparing' AND deadline <= ?", now().UnixMicro())
+	rows, err := s.reader.QueryContext(ctx, expiredJobsSQL, now().UnixMicro())
 	if err != nil {
 		return nil, translate(err)
 	}

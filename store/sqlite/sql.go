@@ -1,0 +1,181 @@
+package sqlite
+
+import "strings"
+
+// Every statement of the store, named by what it does. The sections and the names follow
+// store/postgres/sql.go, so that a diff of the two shows the dialects; statements only this
+// store has are at the end. Times are unix microseconds (micros, fromMicros).
+
+// checkpointColumns select a checkpoint's row (c), in the order queryCheckpoints scans it.
+const checkpointColumns = `c.job, c.id, c.seq, c.status, c.auto_commit, c.created_at, c.deadline, c.decided_at, c.completed_at, c.abort_reason`
+
+// jobColumns select a job's row (j) with its epochs as a JSON object.
+const jobColumns = `j.name, j.participants, j.checkpoint_timeout_ms, j.max_concurrent_checkpoints, j.auto_commit,
+	j.seq, j.created_at, j.updated_at,
+	(SELECT json_group_object(e.participant, e.epoch) FROM participant_epochs e WHERE e.job = j.name)`
+
+// jobViewColumns are jobColumns and the job's last checkpoint and last committed one.
+const jobViewColumns = jobColumns + `,
+	(SELECT max(c.id) FROM checkpoints c WHERE c.job = j.name),
+	(SELECT max(c.id) FROM checkpoints c WHERE c.job = j.name AND c.status IN ('committing', 'committed'))`
+
+// Jobs
+
+// putJobDeletedSQL reads whether a job has a row (none: it is new) and whether it is marked deleted: ? the name.
+const putJobDeletedSQL = "SELECT deleted FROM jobs WHERE name = ?"
+
+// putJobUpsertSQL creates a job or replaces its configuration, undeleting it: ?1 name, ?2 participants (JSON), ?3 checkpoint timeout (ms), ?4 max concurrent checkpoints, ?5 auto commit, ?6 now.
+const putJobUpsertSQL = `
+	INSERT INTO jobs (name, participants, checkpoint_timeout_ms, max_concurrent_checkpoints, auto_commit, created_at, updated_at)
+	VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?6)
+	ON CONFLICT (name) DO UPDATE SET
+		participants = excluded.participants,
+		checkpoint_timeout_ms = excluded.checkpoint_timeout_ms,
+		max_concurrent_checkpoints = excluded.max_concurrent_checkpoints,
+		auto_commit = excluded.auto_commit,
+		created_at = CASE WHEN jobs.deleted THEN excluded.created_at ELSE jobs.created_at END,
+		updated_at = excluded.updated_at,
+		deleted = 0`
+
+// getJobSQL selects a job (jobViewColumns) with its last checkpoint and last committed: ? the name.
+const getJobSQL = "SELECT " + jobViewColumns + " FROM jobs j WHERE j.name = ? AND NOT j.deleted"
+
+// listJobsSQL selects a page of jobs (jobViewColumns) by name: ? the name to list after (exclusive), ? the limit.
+const listJobsSQL = "SELECT " + jobViewColumns + " FROM jobs j WHERE NOT j.deleted AND j.name > ? ORDER BY j.name LIMIT ?"
+
+// viewJobSQL selects the job (jobColumns) a transaction starts with: ? the name.
+const viewJobSQL = "SELECT " + jobColumns + " FROM jobs j WHERE j.name = ? AND NOT j.deleted"
+
+// deleteCheckpointsSQL deletes a job's checkpoints (participants and idempotency keys cascade): ? the job.
+const deleteCheckpointsSQL = "DELETE FROM checkpoints WHERE job = ?"
+
+// markJobDeletedSQL marks a job deleted, keeping its row (Seq, epochs): ? now, ? the name.
+const markJobDeletedSQL = "UPDATE jobs SET deleted = 1, updated_at = ? WHERE name = ?"
+
+// Epochs
+
+// setEpochSQL sets a participant's epoch in a job: ? the job, ? the participant, ? the epoch.
+const setEpochSQL = `
+	INSERT INTO participant_epochs (job, participant, epoch) VALUES (?, ?, ?)
+	ON CONFLICT (job, participant) DO UPDATE SET epoch = excluded.epoch`
+
+// Reading checkpoints
+
+// preparingSQL selects a job's preparing checkpoints (checkpointColumns) by id: ? the job.
+const preparingSQL = "SELECT " + checkpointColumns + " FROM checkpoints c WHERE c.job = ? AND c.status = 'preparing' ORDER BY c.id"
+
+// checkpointSQL selects one checkpoint of a job (checkpointColumns): ? the job, ? the id.
+const checkpointSQL = "SELECT " + checkpointColumns + " FROM checkpoints c WHERE c.job = ? AND c.id = ?"
+
+// owingSQL selects by id the checkpoints (checkpointColumns) where a participant may still owe a vote or an ack: ?1 the job, ?2 the participant (empty: any).
+const owingSQL = `
+	SELECT ` + checkpointColumns + ` FROM checkpoints c
+	WHERE c.job = ?1 AND EXISTS (
+		SELECT 1 FROM checkpoint_participants p
+		WHERE p.job = c.job AND p.checkpoint_id = c.id AND p.acked_at IS NULL
+		  AND (?2 = '' OR p.participant = ?2)
+		  AND (c.status IN ('preparing', 'committing') OR (c.status = 'aborted' AND p.vote = 'prepared')))
+	ORDER BY c.id`
+
+// participantsSQL selects the participants of a set of checkpoints, even across jobs, in position order: ? the checkpoints' seqs (JSON array).
+const participantsSQL = `
+	SELECT p.job, p.checkpoint_id, p.participant, p.epoch, p.vote, p.reason, p.committables, p.voted_at, p.acked_at
+	FROM json_each(?) AS k
+	JOIN checkpoints c ON c.seq = k.value
+	JOIN checkpoint_participants p ON p.job = c.job AND p.checkpoint_id = c.id
+	ORDER BY p.job, p.checkpoint_id, p.position`
+
+// The fixed parts of listJobCheckpointsSQL and listAllCheckpointsSQL.
+const (
+	listCheckpointsFromSQL     = "SELECT " + checkpointColumns + " FROM checkpoints c"
+	listCheckpointsOfJobSQL    = "c.job = ?"
+	listCheckpointsBelowIDSQL  = "c.id < ?"
+	listCheckpointsAfterSeqSQL = "c.seq > ?"
+	listJobCheckpointsOrderSQL = "c.id DESC"
+	listAllCheckpointsOrderSQL = "c.seq"
+)
+
+// listJobCheckpointsSQL selects a page of a job's checkpoints (checkpointColumns), newest first: ? the job, ? the id to list below if below, one ? per status if statuses > 0 (else any status), ? the limit.
+func listJobCheckpointsSQL(below bool, statuses int) string {
+	where := []string{listCheckpointsOfJobSQL}
+	if below {
+		where = append(where, listCheckpointsBelowIDSQL)
+	}
+	return listCheckpointsSQL(where, statuses, listJobCheckpointsOrderSQL)
+}
+
+// listAllCheckpointsSQL selects a page of every job's checkpoints (checkpointColumns), oldest first by seq: ? the seq to list after if after, one ? per status if statuses > 0 (else any status), ? the limit.
+func listAllCheckpointsSQL(after bool, statuses int) string {
+	var where []string
+	if after {
+		where = append(where, listCheckpointsAfterSeqSQL)
+	}
+	return listCheckpointsSQL(where, statuses, listAllCheckpointsOrderSQL)
+}
+
+// listCheckpointsSQL is listCheckpointsFromSQL with the conditions where and a filter of statuses (one ?
+// each), in order, and LIMIT ?.
+func listCheckpointsSQL(where []string, statuses int, order string) string {
+	if statuses > 0 {
+		where = append(where, "c.status IN ("+strings.Repeat("?, ", statuses-1)+"?)")
+	}
+	query := listCheckpointsFromSQL
+	if len(where) > 0 {
+		query += " WHERE " + strings.Join(where, " AND ")
+	}
+	return query + " ORDER BY " + order + " LIMIT ?"
+}
+
+// expiredJobsSQL selects the jobs with a preparing checkpoint past its deadline: ? now.
+const expiredJobsSQL = "SELECT DISTINCT job FROM checkpoints WHERE status = 'preparing' AND deadline <= ?"
+
+// Writing checkpoints
+
+// insertCheckpointSQL inserts a checkpoint and returns its seq: ? job, ? id, ? status, ? auto commit, ? created at, ? deadline, ? decided at, ? completed at, ? abort reason.
+const insertCheckpointSQL = `
+	INSERT INTO checkpoints (job, id, status, auto_commit, created_at, deadline, decided_at, completed_at, abort_reason)
+	VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?) RETURNING seq`
+
+// insertParticipantsSQL inserts a checkpoint's participants, at positions from 1: ? the job, ? the checkpoint, ? the names (JSON array).
+const insertParticipantsSQL = `
+	INSERT INTO checkpoint_participants (job, checkpoint_id, position, participant)
+	SELECT ?, ?, n.key + 1, n.value FROM json_each(?) AS n`
+
+// raiseSeqSQL sets a job's seq, to a new checkpoint's id when that is higher: ? the seq, ? the job.
+const raiseSeqSQL = "UPDATE jobs SET seq = ? WHERE name = ?"
+
+// idempotencyKeySQL reads an idempotency key's record: ? the job, ? the key.
+const idempotencyKeySQL = "SELECT fingerprint, checkpoint_id FROM idempotency_keys WHERE job = ? AND key = ?"
+
+// recordIdempotencyKeySQL records an idempotency key: ? the job, ? the key, ? the fingerprint, ? the checkpoint.
+const recordIdempotencyKeySQL = "INSERT INTO idempotency_keys (job, key, fingerprint, checkpoint_id) VALUES (?, ?, ?, ?)"
+
+// saveVoteSQL saves a participant's vote: ?1 job, ?2 checkpoint, ?3 participant, ?4 epoch, ?5 vote, ?6 reason, ?7 committables (JSON), ?8 voted at.
+const saveVoteSQL = `
+	UPDATE checkpoint_participants SET epoch = ?4, vote = ?5, reason = ?6, committables = ?7, voted_at = ?8
+	WHERE job = ?1 AND checkpoint_id = ?2 AND participant = ?3`
+
+// saveAckSQL saves a participant's ack: ?1 job, ?2 checkpoint, ?3 participant, ?4 acked at.
+const saveAckSQL = "UPDATE checkpoint_participants SET acked_at = ?4 WHERE job = ?1 AND checkpoint_id = ?2 AND participant = ?3"
+
+// saveStatusSQL saves a checkpoint's decision: ?1 job, ?2 id, ?3 status, ?4 decided at, ?5 completed at, ?6 abort reason.
+const saveStatusSQL = `
+	UPDATE checkpoints SET status = ?3, decided_at = ?4, completed_at = ?5, abort_reason = ?6
+	WHERE job = ?1 AND id = ?2`
+
+// Embedded store only
+
+// savepointSQL opens the savepoint of one update of a group commit (committer.go); no parameters.
+const savepointSQL = "SAVEPOINT update_op"
+
+// rollbackToSavepointSQL undoes a failed update of a group commit, back to its savepoint; no parameters.
+const rollbackToSavepointSQL = "ROLLBACK TO update_op"
+
+// releaseSavepointSQL ends an update's savepoint, keeping what it wrote; no parameters.
+const releaseSavepointSQL = "RELEASE update_op"
+
+// migrationsTableSQL counts the tables named ? (golang-migrate's table): 0 before any migration.
+const migrationsTableSQL = "SELECT count(*) FROM sqlite_master WHERE type = 'table' AND name = ?"
+
+// schemaVersionSQL reads the schema version and dirty flag golang-migrate records in table (its migrations table); no ? parameters.
+func schemaVersionSQL(table string) string { return "SELECT version, dirty FROM " + table + " LIMIT 1" }

@@ -16,18 +16,6 @@ import (
 // that the next batch can run the rules at once on an estimate of the database's clock and
 // send the check with its writes and COMMIT. Why that is safe: DESIGN.md, invariants 1-6.
 
-// lockIfUnchangedSQL locks job $1 and bumps its version if the version is still $2, and returns the
-// clock; it raises division_by_zero, failing the transaction, if the version changed (or
-// the job was deleted), or if a preparing checkpoint's deadline lies between $3 (the clock
-// the rules use) and the database's clock.
-const lockIfUnchangedSQL = `WITH u AS (
-		UPDATE jobs SET version = version + 1
-		WHERE name = $1 AND version = $2 AND NOT deleted AND NOT EXISTS (
-			SELECT 1 FROM checkpoints c WHERE c.job = $1 AND c.status = 'preparing'
-			  AND c.deadline BETWEEN least($3::timestamptz, clock_timestamp()) AND greatest($3::timestamptz, clock_timestamp()))
-		RETURNING clock_timestamp() AS now)
-	SELECT max(now), 1 / count(*) FROM u`
-
 // errStale is a failed lockIfUnchangedSQL: the cached state is not the database's.
 var errStale = errors.New("postgres: cached job state is stale")
 

@@ -131,31 +131,6 @@ func (q *writeQueue) flush(ctx context.Context, conn *pgx.Conn) error {
 	return results.Close()
 }
 
-// jobRowColumns are the job's own columns, scanned by jobRow.
-const jobRowColumns = `j.name, j.participants, j.checkpoint_timeout_ms, j.max_concurrent_checkpoints, j.auto_commit,
-	j.seq, j.created_at, j.updated_at`
-
-// lockJobSQL locks the job's row, bumps its version and returns it as it stands once the
-// lock is granted, with the clock taken once the lock is held (so that a decision is timed
-// when it is taken), the job's epochs, its preparing checkpoints and checkpoint $2 whatever
-// its status (0: none). The epochs and checkpoints are current only if the version the
-// statement's snapshot saw is the one the lock found (DESIGN.md, invariant 7).
-var lockJobSQL = `UPDATE jobs j SET version = j.version + 1 WHERE j.name = $1 AND NOT j.deleted
-	RETURNING ` + jobRowColumns + `, j.version - 1, (SELECT o.version FROM jobs o WHERE o.name = $1), clock_timestamp(),
-	(SELECT coalesce(array_agg(e.participant ORDER BY e.participant), '{}') FROM participant_epochs e WHERE e.job = $1),
-	(SELECT coalesce(array_agg(e.epoch ORDER BY e.participant), '{}') FROM participant_epochs e WHERE e.job = $1),
-	(SELECT coalesce(json_agg(json_build_object(
-			'job', c.job, 'id', c.id, 'seq', c.seq, 'status', c.status, 'auto_commit', c.auto_commit,
-			'created_at', c.created_at, 'deadline', c.deadline, 'decided_at', c.decided_at,
-			'completed_at', c.completed_at, 'abort_reason', c.abort_reason,
-			'participants', (
-				SELECT json_agg(json_build_object(
-					'name', p.participant, 'epoch', p.epoch, 'vote', p.vote, 'reason', p.reason,
-					'committables', p.committables, 'voted_at', p.voted_at, 'acked_at', p.acked_at) ORDER BY p.position)
-				FROM checkpoint_participants p WHERE p.job = c.job AND p.checkpoint_id = c.id))
-			ORDER BY c.id), '[]')
-		FROM (` + openCheckpointsSQL + `) c)`
-
 // jsonCheckpoint is a checkpoint as lockJobSQL returns it.
 type jsonCheckpoint struct {
 	Job          string     `json:"job"`
@@ -193,43 +168,6 @@ func (j *jsonCheckpoint) checkpoint() *coordinator.Checkpoint {
 	}
 	return cp
 }
-
-// stateSQL reads, under the job's lock: the clock (so that a decision is timed when it is
-// taken), the job's epochs, and its preparing checkpoints with checkpoint $2 whatever its
-// status ($2 = 0: none), one row per participant. With no such checkpoint it returns one
-// row, whose checkpoint columns are NULL.
-var stateSQL = `SELECT clock_timestamp(), e.participants, e.epochs, ` + checkpointColumns + `, ` + participantColumns + `
-	FROM (` + epochsSQL + `) e
-	LEFT JOIN (` + jobCheckpointsSQL + `) ON true
-	ORDER BY c.id, p.position`
-
-// lockedJobSQL reads a job whose lock this transaction took already (for an earlier update
-// of the batch): its row, then what stateSQL reads, one row per participant of its
-// checkpoints, none if the job is missing (deleted by that earlier update).
-var lockedJobSQL = `SELECT ` + jobRowColumns + `, clock_timestamp(), e.participants, e.epochs,
-	` + checkpointColumns + `, ` + participantColumns + `
-	FROM jobs j
-	CROSS JOIN (` + epochsSQL + `) e
-	LEFT JOIN (` + jobCheckpointsSQL + `) ON true
-	WHERE j.name = $1 AND NOT j.deleted
-	ORDER BY c.id, p.position`
-
-// epochsSQL aggregates job $1's epochs into two arrays, by participant.
-const epochsSQL = `SELECT coalesce(array_agg(participant ORDER BY participant), '{}') participants,
-		coalesce(array_agg(epoch ORDER BY participant), '{}') epochs
-	FROM participant_epochs WHERE job = $1`
-
-// openCheckpointsSQL selects job $1's preparing checkpoints and checkpoint $2 whatever its
-// status, each an index lookup; jobCheckpointsSQL joins their participants (c and p).
-const openCheckpointsSQL = `SELECT * FROM checkpoints WHERE job = $1 AND status = 'preparing'
-	UNION ALL
-	SELECT * FROM checkpoints WHERE job = $1 AND id = $2 AND status <> 'preparing'`
-
-const jobCheckpointsSQL = `(` + openCheckpointsSQL + `) c
-	JOIN checkpoint_participants p ON p.job = c.job AND p.checkpoint_id = c.id`
-
-// viewJobSQL reads the job, its epochs and the clock, for a read-only transaction.
-const viewJobSQL = "SELECT " + jobColumns + ", clock_timestamp() FROM jobs j WHERE j.name = $1 AND NOT j.deleted"
 
 // queueBegin queues what begin reads: for writes, the job's lock and state (with the
 // checkpoint hint, 0 for none); for reads, the job.
@@ -441,32 +379,6 @@ func (t *jobTx) writable() error {
 	return nil
 }
 
-// checkpointColumns and participantColumns are what scanCheckpoints reads, in that order.
-const checkpointColumns = `c.job, c.id, c.seq, c.status, c.auto_commit, c.created_at, c.deadline, c.decided_at, c.completed_at, c.abort_reason`
-const participantColumns = `p.participant, p.epoch, p.vote, p.reason, p.committables, p.voted_at, p.acked_at`
-
-// checkpointsSQL selects checkpoints (the inner query, which must select checkpointColumns
-// from checkpoints c and keep their order in an "ord" column) with all their participants,
-// one row per participant.
-func checkpointsSQL(inner string) string {
-	return `SELECT ` + checkpointColumns + `, ` + participantColumns + `
-		FROM (` + inner + `) c
-		JOIN checkpoint_participants p ON p.job = c.job AND p.checkpoint_id = c.id
-		ORDER BY c.ord, p.position`
-}
-
-var preparingSQL = checkpointsSQL(`SELECT c.*, c.id AS ord FROM checkpoints c WHERE c.job = $1 AND c.status = 'preparing'`)
-
-var checkpointSQL = checkpointsSQL(`SELECT c.*, 0 AS ord FROM checkpoints c WHERE c.job = $1 AND c.id = $2`)
-
-var owingSQL = checkpointsSQL(`
-	SELECT c.*, c.id AS ord FROM checkpoints c
-	WHERE c.job = $1 AND EXISTS (
-		SELECT 1 FROM checkpoint_participants p
-		WHERE p.job = c.job AND p.checkpoint_id = c.id AND p.acked_at IS NULL
-		  AND ($2 = '' OR p.participant = $2)
-		  AND (c.status IN ('preparing', 'committing') OR (c.status = 'aborted' AND p.vote = 'prepared')))`)
-
 // scanCheckpoints reads the rows of a checkpointsSQL query, or of stateSQL with its first
 // columns scanned into prefix (rows whose checkpoint columns are NULL carry only those).
 func scanCheckpoints(rows pgx.Rows, prefix ...any) ([]*coordinator.Checkpoint, error) {
@@ -608,7 +520,7 @@ func (t *jobTx) Owing(ctx context.Context, participant string) ([]*coordinator.C
 func (t *jobTx) Idempotency(ctx context.Context, key string) (coordinator.IdempotencyRecord, bool, error) {
 	rec := coordinator.IdempotencyRecord{Key: key}
 	results, err := t.queue.send(t.ctx, t.conn, func(b *pgx.Batch) {
-		b.Queue("SELECT fingerprint, checkpoint_id FROM idempotency_keys WHERE job = $1 AND key = $2", t.job.Name, key)
+		b.Queue(idempotencyKeySQL, t.job.Name, key)
 	})
 	if err != nil {
 		return rec, false, err
@@ -671,8 +583,8 @@ func (t *jobTx) Apply(ctx context.Context, m *coordinator.Mutation) error {
 	}
 	if m.JobDeleted {
 		t.canHandOn, t.canCache = false, false
-		t.queue.add("delete checkpoints", "DELETE FROM checkpoints WHERE job = $1", t.job.Name)
-		t.queue.add("delete job", "UPDATE jobs SET deleted = true, updated_at = clock_timestamp() WHERE name = $1", t.job.Name)
+		t.queue.add("delete checkpoints", deleteCheckpointsSQL, t.job.Name)
+		t.queue.add("delete job", markJobDeletedSQL, t.job.Name)
 	}
 	return nil
 }
@@ -696,27 +608,10 @@ func (t *jobTx) queueInsert(cp *coordinator.Checkpoint, rec *coordinator.Idempot
 	}, insertCheckpointSQL,
 		t.job.Name, cp.ID, string(cp.Status), cp.AutoCommit, cp.CreatedAt, cp.Deadline, cp.DecidedAt, cp.CompletedAt, nullable(cp.AbortReason), names)
 	if rec != nil {
-		t.queue.add("record idempotency key", "INSERT INTO idempotency_keys (job, key, fingerprint, checkpoint_id) VALUES ($1, $2, $3, $4)",
+		t.queue.add("record idempotency key", recordIdempotencyKeySQL,
 			t.job.Name, rec.Key, rec.Fingerprint, rec.Checkpoint)
 	}
 }
-
-// insertCheckpointSQL is one statement: the checkpoint, its participants, and the job's seq
-// if it grows.
-const insertCheckpointSQL = `
-		WITH c AS (
-			INSERT INTO checkpoints (job, id, status, auto_commit, created_at, deadline, decided_at, completed_at, abort_reason)
-			VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9) RETURNING seq),
-		p AS (
-			INSERT INTO checkpoint_participants (job, checkpoint_id, position, participant)
-			SELECT $1, $2, n.ord, n.name FROM unnest($10::text[]) WITH ORDINALITY AS n(name, ord)),
-		j AS (
-			UPDATE jobs SET seq = $2 WHERE name = $1 AND seq < $2)
-		SELECT seq FROM c`
-
-const setEpochSQL = `
-		INSERT INTO participant_epochs (job, participant, epoch) VALUES ($1, $2, $3)
-		ON CONFLICT (job, participant) DO UPDATE SET epoch = EXCLUDED.epoch`
 
 func nullable(s string) *string {
 	if s == "" {
@@ -724,14 +619,6 @@ func nullable(s string) *string {
 	}
 	return &s
 }
-
-// Participant writes: a vote or an ack. The status write it causes (the deciding vote, the
-// last ack) is merged into the same statement by SaveStatus.
-const (
-	saveVoteSQL = `UPDATE checkpoint_participants SET epoch = $4, vote = $5, reason = $6, committables = $7, voted_at = $8
-		WHERE job = $1 AND checkpoint_id = $2 AND participant = $3`
-	saveAckSQL = `UPDATE checkpoint_participants SET acked_at = $4 WHERE job = $1 AND checkpoint_id = $2 AND participant = $3`
-)
 
 // participantWrite is the last statement queued, when it is a participant write.
 type participantWrite struct {
@@ -751,22 +638,13 @@ func (t *jobTx) addParticipantWrite(what string, id int64, sql string, args ...a
 func (t *jobTx) queueStatus(cp *coordinator.Checkpoint) {
 	key := t.origin + " " + coordinator.BrokerKey(cp.Job, cp.ID)
 	what := fmt.Sprintf("save status of %d", cp.ID)
-	status := `
-		UPDATE checkpoints SET status = $3, decided_at = $4, completed_at = $5, abort_reason = $6
-		WHERE job = $1 AND id = $2`
 	args := []any{cp.Job, cp.ID, string(cp.Status), cp.DecidedAt, cp.CompletedAt, nullable(cp.AbortReason), key}
 	if w := t.lastWrite; w != nil && w.id == cp.ID && w.queued == len(t.queue.what) && w.queued > 0 {
 		// The vote or ack that caused it was the last statement queued: one statement for
 		// both (they change different tables, so neither needs to see the other).
-		n := len(w.args)
-		status = `UPDATE checkpoints SET status = $` + fmt.Sprint(n+1) + `, decided_at = $` + fmt.Sprint(n+2) +
-			`, completed_at = $` + fmt.Sprint(n+3) + `, abort_reason = $` + fmt.Sprint(n+4) + ` WHERE job = $1 AND id = $2`
-		t.queue.replaceLast(what+" with "+t.queue.what[w.queued-1], `
-			WITH w AS (`+w.sql+`), u AS (`+status+`)
-			SELECT pg_notify('`+channel+`', $`+fmt.Sprint(n+5)+`)`,
-			append(w.args, args[2:]...)...)
+		t.queue.replaceLast(what+" with "+t.queue.what[w.queued-1], saveStatusWithSQL(w.sql, len(w.args)), append(w.args, args[2:]...)...)
 	} else {
-		t.queue.add(what, `WITH u AS (`+status+`) SELECT pg_notify('`+channel+`', $7)`, args...)
+		t.queue.add(what, saveStatusSQL, args...)
 	}
 	t.lastWrite = nil
 	t.decided = append(t.decided, cp.Clone())

@@ -113,7 +113,7 @@ func (s *Store) listenOnce(ctx context.Context, cfg *pgx.ConnConfig) error {
 		return err
 	}
 	defer conn.Close(context.Background())
-	if _, err := conn.Exec(ctx, "LISTEN "+channel); err != nil {
+	if _, err := conn.Exec(ctx, listenSQL); err != nil {
 		return err
 	}
 	// Waiters that subscribed while the listener was down re-read now.
@@ -152,7 +152,7 @@ func (s *Store) Subscribe(job string, id int64) *coordinator.Subscription {
 func (s *Store) Ready(ctx context.Context) error {
 	var version int64
 	var dirty bool
-	err := s.pool.QueryRow(ctx, "SELECT version, dirty FROM schema_migrations").Scan(&version, &dirty)
+	err := s.pool.QueryRow(ctx, schemaVersionSQL).Scan(&version, &dirty)
 	if err != nil {
 		return translate(fmt.Errorf("read schema version: %w", err))
 	}
@@ -203,25 +203,13 @@ func (s *Store) PutJob(ctx context.Context, name string, cfg coordinator.JobConf
 	var created bool
 	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
 		var deleted bool
-		err := tx.QueryRow(ctx, "SELECT deleted FROM jobs WHERE name = $1 FOR UPDATE", name).Scan(&deleted)
+		err := tx.QueryRow(ctx, putJobDeletedSQL, name).Scan(&deleted)
 		exists := err == nil
 		if err != nil && !errors.Is(err, pgx.ErrNoRows) {
 			return err
 		}
 		var inserted bool
-		err = tx.QueryRow(ctx, `
-			INSERT INTO jobs AS j (name, participants, checkpoint_timeout_ms, max_concurrent_checkpoints, auto_commit, created_at, updated_at)
-			VALUES ($1, $2, $3, $4, $5, clock_timestamp(), clock_timestamp())
-			ON CONFLICT (name) DO UPDATE SET
-				participants = EXCLUDED.participants,
-				checkpoint_timeout_ms = EXCLUDED.checkpoint_timeout_ms,
-				max_concurrent_checkpoints = EXCLUDED.max_concurrent_checkpoints,
-				auto_commit = EXCLUDED.auto_commit,
-				created_at = CASE WHEN j.deleted THEN EXCLUDED.created_at ELSE j.created_at END,
-				updated_at = EXCLUDED.updated_at,
-				deleted = false,
-				version = j.version + 1
-			RETURNING xmax = 0`,
+		err = tx.QueryRow(ctx, putJobUpsertSQL,
 			name, cfg.Participants, cfg.CheckpointTimeout.Milliseconds(), cfg.MaxConcurrentCheckpoints, cfg.AutoCommit,
 		).Scan(&inserted)
 		if err != nil {
@@ -253,15 +241,6 @@ type querier interface {
 	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
 }
 
-const jobColumns = `j.name, j.participants, j.checkpoint_timeout_ms, j.max_concurrent_checkpoints, j.auto_commit,
-	j.seq, j.created_at, j.updated_at,
-	ARRAY(SELECT e.participant FROM participant_epochs e WHERE e.job = j.name ORDER BY e.participant),
-	ARRAY(SELECT e.epoch FROM participant_epochs e WHERE e.job = j.name ORDER BY e.participant)`
-
-const jobViewColumns = jobColumns + `,
-	(SELECT max(c.id) FROM checkpoints c WHERE c.job = j.name),
-	(SELECT max(c.id) FROM checkpoints c WHERE c.job = j.name AND c.status IN ('committing', 'committed'))`
-
 func scanJob(row pgx.Row, view bool, extra ...any) (*coordinator.Job, error) {
 	var j coordinator.Job
 	var timeoutMS int64
@@ -289,12 +268,12 @@ func scanJob(row pgx.Row, view bool, extra ...any) (*coordinator.Job, error) {
 }
 
 func getJob(ctx context.Context, q querier, name string) (*coordinator.Job, error) {
-	return scanJob(q.QueryRow(ctx, "SELECT "+jobViewColumns+" FROM jobs j WHERE j.name = $1 AND NOT j.deleted", name), true)
+	return scanJob(q.QueryRow(ctx, getJobSQL, name), true)
 }
 
 // ListJobs implements coordinator.Store.
 func (s *Store) ListJobs(ctx context.Context, after string, limit int) ([]*coordinator.Job, error) {
-	rows, err := s.pool.Query(ctx, "SELECT "+jobViewColumns+" FROM jobs j WHERE NOT j.deleted AND j.name > $1 ORDER BY j.name LIMIT $2", after, limit)
+	rows, err := s.pool.Query(ctx, listJobsSQL, after, limit)
 	if err != nil {
 		return nil, translate(err)
 	}
@@ -312,45 +291,14 @@ func (s *Store) ListJobs(ctx context.Context, after string, limit int) ([]*coord
 
 // ListCheckpoints implements coordinator.Store.
 func (s *Store) ListCheckpoints(ctx context.Context, q coordinator.CheckpointQuery) ([]*coordinator.Checkpoint, error) {
-	var where []string
-	var args []any
-	arg := func(v any) string {
-		args = append(args, v)
-		return fmt.Sprintf("$%d", len(args))
-	}
-	ord, order := "c.seq", "c.seq"
-	if q.Job != "" {
-		where = append(where, "c.job = "+arg(q.Job))
-		if q.After > 0 {
-			where = append(where, "c.id < "+arg(q.After))
-		}
-		ord, order = "-c.id", "c.id DESC"
-	} else if q.After > 0 {
-		where = append(where, "c.seq > "+arg(q.After))
-	}
-	if len(q.Statuses) > 0 {
-		statuses := make([]string, len(q.Statuses))
-		for i, st := range q.Statuses {
-			statuses[i] = string(st)
-		}
-		where = append(where, "c.status = ANY("+arg(statuses)+")")
-	}
-	inner := "SELECT c.*, " + ord + " AS ord FROM checkpoints c"
-	if len(where) > 0 {
-		inner += " WHERE " + strings.Join(where, " AND ")
-	}
-	inner += " ORDER BY " + order + " LIMIT " + arg(q.Limit)
-	rows, err := s.pool.Query(ctx, checkpointsSQL(inner), args...)
+	sql, args := listCheckpointsSQL(q)
+	rows, err := s.pool.Query(ctx, sql, args...)
 	if err != nil {
 		return nil, translate(err)
 	}
 	cps, err := scanCheckpoints(rows)
 	return cps, translate(err)
 }
-
-var getCheckpointSQL = checkpointsSQL(`
-	SELECT c.*, 0 AS ord FROM checkpoints c JOIN jobs j ON j.name = c.job AND NOT j.deleted
-	WHERE c.job = $1 AND c.id = $2`)
 
 // GetCheckpoint implements coordinator.Store in one statement (two when it finds nothing).
 func (s *Store) GetCheckpoint(ctx context.Context, job string, id int64) (*coordinator.Checkpoint, error) {
@@ -366,7 +314,7 @@ func (s *Store) GetCheckpoint(ctx context.Context, job string, id int64) (*coord
 		return cps[0], nil
 	}
 	var exists bool
-	if err := s.pool.QueryRow(ctx, "SELECT EXISTS (SELECT 1 FROM jobs WHERE name = $1 AND NOT deleted)", job).Scan(&exists); err != nil {
+	if err := s.pool.QueryRow(ctx, jobExistsSQL, job).Scan(&exists); err != nil {
 		return nil, translate(err)
 	}
 	if !exists {
@@ -377,7 +325,7 @@ func (s *Store) GetCheckpoint(ctx context.Context, job string, id int64) (*coord
 
 // ExpiredJobs implements coordinator.Store.
 func (s *Store) ExpiredJobs(ctx context.Context) ([]string, error) {
-	rows, err := s.pool.Query(ctx, "SELECT DISTINCT job FROM checkpoints WHERE status = 'preparing' AND deadline <= clock_timestamp()")
+	rows, err := s.pool.Query(ctx, expiredJobsSQL)
 	if err != nil {
 		return nil, translate(err)
 	}

@@ -1,0 +1,274 @@
+package postgres
+
+import (
+	"fmt"
+	"strings"
+
+	"github.com/twophase/coordinator/coordinator"
+)
+
+// Every statement of the store, named by what it does. The sections and the names follow
+// those of the embedded store's sql.go, so that a diff of the two shows the dialects;
+// statements that only this store has come last. DESIGN.md says which invariant each of
+// the statements that lock a job keeps.
+
+// checkpointColumns and participantColumns are what scanCheckpoints reads, in that order.
+const checkpointColumns = `c.job, c.id, c.seq, c.status, c.auto_commit, c.created_at, c.deadline, c.decided_at, c.completed_at, c.abort_reason`
+const participantColumns = `p.participant, p.epoch, p.vote, p.reason, p.committables, p.voted_at, p.acked_at`
+
+// jobColumns are a job's columns with its epochs, scanned by scanJob; jobViewColumns add its
+// last checkpoint and last committed one.
+const jobColumns = `j.name, j.participants, j.checkpoint_timeout_ms, j.max_concurrent_checkpoints, j.auto_commit,
+	j.seq, j.created_at, j.updated_at,
+	ARRAY(SELECT e.participant FROM participant_epochs e WHERE e.job = j.name ORDER BY e.participant),
+	ARRAY(SELECT e.epoch FROM participant_epochs e WHERE e.job = j.name ORDER BY e.participant)`
+
+const jobViewColumns = jobColumns + `,
+	(SELECT max(c.id) FROM checkpoints c WHERE c.job = j.name),
+	(SELECT max(c.id) FROM checkpoints c WHERE c.job = j.name AND c.status IN ('committing', 'committed'))`
+
+// jobRowColumns are the job's own columns, scanned by jobRow.
+const jobRowColumns = `j.name, j.participants, j.checkpoint_timeout_ms, j.max_concurrent_checkpoints, j.auto_commit,
+	j.seq, j.created_at, j.updated_at`
+
+// Jobs
+
+// putJobDeletedSQL locks job $1's row, if it exists, and reads whether it was deleted.
+const putJobDeletedSQL = "SELECT deleted FROM jobs WHERE name = $1 FOR UPDATE"
+
+// putJobUpsertSQL creates job $1 with configuration $2-$5 or replaces its configuration
+// (bumping its version: DESIGN.md, invariant 1), and returns whether it inserted.
+const putJobUpsertSQL = `
+			INSERT INTO jobs AS j (name, participants, checkpoint_timeout_ms, max_concurrent_checkpoints, auto_commit, created_at, updated_at)
+			VALUES ($1, $2, $3, $4, $5, clock_timestamp(), clock_timestamp())
+			ON CONFLICT (name) DO UPDATE SET
+				participants = EXCLUDED.participants,
+				checkpoint_timeout_ms = EXCLUDED.checkpoint_timeout_ms,
+				max_concurrent_checkpoints = EXCLUDED.max_concurrent_checkpoints,
+				auto_commit = EXCLUDED.auto_commit,
+				created_at = CASE WHEN j.deleted THEN EXCLUDED.created_at ELSE j.created_at END,
+				updated_at = EXCLUDED.updated_at,
+				deleted = false,
+				version = j.version + 1
+			RETURNING xmax = 0`
+
+// getJobSQL reads job $1 with its epochs, last checkpoint and last committed one.
+const getJobSQL = "SELECT " + jobViewColumns + " FROM jobs j WHERE j.name = $1 AND NOT j.deleted"
+
+// listJobsSQL reads up to $2 jobs named after $1, by name.
+const listJobsSQL = "SELECT " + jobViewColumns + " FROM jobs j WHERE NOT j.deleted AND j.name > $1 ORDER BY j.name LIMIT $2"
+
+// viewJobSQL reads the job, its epochs and the clock, for a read-only transaction.
+const viewJobSQL = "SELECT " + jobColumns + ", clock_timestamp() FROM jobs j WHERE j.name = $1 AND NOT j.deleted"
+
+// deleteCheckpointsSQL deletes job $1's checkpoints (their participants and idempotency keys
+// cascade).
+const deleteCheckpointsSQL = "DELETE FROM checkpoints WHERE job = $1"
+
+// markJobDeletedSQL marks job $1 deleted, keeping its row, so its seq and epochs live on.
+const markJobDeletedSQL = "UPDATE jobs SET deleted = true, updated_at = clock_timestamp() WHERE name = $1"
+
+// Epochs
+
+// epochsSQL aggregates job $1's epochs into two arrays, by participant.
+const epochsSQL = `SELECT coalesce(array_agg(participant ORDER BY participant), '{}') participants,
+		coalesce(array_agg(epoch ORDER BY participant), '{}') epochs
+	FROM participant_epochs WHERE job = $1`
+
+// setEpochSQL sets participant $2's epoch in job $1 to $3.
+const setEpochSQL = `
+		INSERT INTO participant_epochs (job, participant, epoch) VALUES ($1, $2, $3)
+		ON CONFLICT (job, participant) DO UPDATE SET epoch = EXCLUDED.epoch`
+
+// Reading checkpoints
+
+// preparingSQL reads job $1's preparing checkpoints.
+var preparingSQL = checkpointsSQL(`SELECT c.*, c.id AS ord FROM checkpoints c WHERE c.job = $1 AND c.status = 'preparing'`)
+
+// checkpointSQL reads checkpoint $2 of job $1.
+var checkpointSQL = checkpointsSQL(`SELECT c.*, 0 AS ord FROM checkpoints c WHERE c.job = $1 AND c.id = $2`)
+
+// owingSQL reads, with the partial index on unacked participants, job $1's checkpoints where
+// participant $2 (or, if empty, anyone) may still owe something.
+var owingSQL = checkpointsSQL(`
+	SELECT c.*, c.id AS ord FROM checkpoints c
+	WHERE c.job = $1 AND EXISTS (
+		SELECT 1 FROM checkpoint_participants p
+		WHERE p.job = c.job AND p.checkpoint_id = c.id AND p.acked_at IS NULL
+		  AND ($2 = '' OR p.participant = $2)
+		  AND (c.status IN ('preparing', 'committing') OR (c.status = 'aborted' AND p.vote = 'prepared')))`)
+
+// listCheckpointsSQL reads the checkpoints q selects, a page of them: within a job newest
+// first, across jobs oldest first; it returns the statement and its arguments.
+func listCheckpointsSQL(q coordinator.CheckpointQuery) (string, []any) {
+	var where []string
+	var args []any
+	arg := func(v any) string {
+		args = append(args, v)
+		return fmt.Sprintf("$%d", len(args))
+	}
+	ord, order := "c.seq", "c.seq"
+	if q.Job != "" {
+		where = append(where, "c.job = "+arg(q.Job))
+		if q.After > 0 {
+			where = append(where, "c.id < "+arg(q.After))
+		}
+		ord, order = "-c.id", "c.id DESC"
+	} else if q.After > 0 {
+		where = append(where, "c.seq > "+arg(q.After))
+	}
+	if len(q.Statuses) > 0 {
+		statuses := make([]string, len(q.Statuses))
+		for i, st := range q.Statuses {
+			statuses[i] = string(st)
+		}
+		where = append(where, "c.status = ANY("+arg(statuses)+")")
+	}
+	inner := "SELECT c.*, " + ord + " AS ord FROM checkpoints c"
+	if len(where) > 0 {
+		inner += " WHERE " + strings.Join(where, " AND ")
+	}
+	inner += " ORDER BY " + order + " LIMIT " + arg(q.Limit)
+	return checkpointsSQL(inner), args
+}
+
+// expiredJobsSQL names the jobs with a preparing checkpoint whose deadline has passed.
+const expiredJobsSQL = "SELECT DISTINCT job FROM checkpoints WHERE status = 'preparing' AND deadline <= clock_timestamp()"
+
+// getCheckpointSQL reads checkpoint $2 of job $1 outside a transaction (the long-poll read).
+var getCheckpointSQL = checkpointsSQL(`
+	SELECT c.*, 0 AS ord FROM checkpoints c JOIN jobs j ON j.name = c.job AND NOT j.deleted
+	WHERE c.job = $1 AND c.id = $2`)
+
+// jobExistsSQL tells whether job $1 exists, when getCheckpointSQL found nothing.
+const jobExistsSQL = "SELECT EXISTS (SELECT 1 FROM jobs WHERE name = $1 AND NOT deleted)"
+
+// Writing checkpoints
+
+// insertCheckpointSQL is one statement: the checkpoint, its participants, and the job's seq
+// if it grows (the embedded store's insertCheckpointSQL, insertParticipantsSQL and
+// raiseSeqSQL).
+const insertCheckpointSQL = `
+		WITH c AS (
+			INSERT INTO checkpoints (job, id, status, auto_commit, created_at, deadline, decided_at, completed_at, abort_reason)
+			VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9) RETURNING seq),
+		p AS (
+			INSERT INTO checkpoint_participants (job, checkpoint_id, position, participant)
+			SELECT $1, $2, n.ord, n.name FROM unnest($10::text[]) WITH ORDINALITY AS n(name, ord)),
+		j AS (
+			UPDATE jobs SET seq = $2 WHERE name = $1 AND seq < $2)
+		SELECT seq FROM c`
+
+// idempotencyKeySQL reads what Idempotency-Key $2 of job $1 opened.
+const idempotencyKeySQL = "SELECT fingerprint, checkpoint_id FROM idempotency_keys WHERE job = $1 AND key = $2"
+
+// recordIdempotencyKeySQL records that Idempotency-Key $2 of job $1, with request
+// fingerprint $3, opened checkpoint $4.
+const recordIdempotencyKeySQL = "INSERT INTO idempotency_keys (job, key, fingerprint, checkpoint_id) VALUES ($1, $2, $3, $4)"
+
+// saveVoteSQL and saveAckSQL record participant $3's vote or ack on checkpoint $2 of job $1.
+// The status change it causes (the deciding vote, the last ack) is merged into the same
+// statement when it follows it (saveStatusWithSQL).
+const (
+	saveVoteSQL = `UPDATE checkpoint_participants SET epoch = $4, vote = $5, reason = $6, committables = $7, voted_at = $8
+		WHERE job = $1 AND checkpoint_id = $2 AND participant = $3`
+	saveAckSQL = `UPDATE checkpoint_participants SET acked_at = $4 WHERE job = $1 AND checkpoint_id = $2 AND participant = $3`
+)
+
+// saveStatusSQL saves checkpoint $2 of job $1's status and decision ($3-$6) and announces it
+// to other processes with payload $7.
+const saveStatusSQL = `WITH u AS (
+		UPDATE checkpoints SET status = $3, decided_at = $4, completed_at = $5, abort_reason = $6
+		WHERE job = $1 AND id = $2) SELECT pg_notify('` + channel + `', $7)`
+
+// saveStatusWithSQL is saveStatusSQL in one statement with the participant write that caused
+// it (write, with n parameters, the first two the job and the checkpoint): the status and
+// decision are then parameters n+1 to n+4, the payload n+5. They change different tables,
+// so neither needs to see the other.
+func saveStatusWithSQL(write string, n int) string {
+	status := `UPDATE checkpoints SET status = $` + fmt.Sprint(n+1) + `, decided_at = $` + fmt.Sprint(n+2) +
+		`, completed_at = $` + fmt.Sprint(n+3) + `, abort_reason = $` + fmt.Sprint(n+4) + ` WHERE job = $1 AND id = $2`
+	return `
+			WITH w AS (` + write + `), u AS (` + status + `)
+			SELECT pg_notify('` + channel + `', $` + fmt.Sprint(n+5) + `)`
+}
+
+// PostgreSQL store only
+
+// listenSQL listens for the decisions other processes announce.
+const listenSQL = "LISTEN " + channel
+
+// schemaVersionSQL reads the schema's version, for readiness.
+const schemaVersionSQL = "SELECT version, dirty FROM schema_migrations"
+
+// lockJobSQL locks the job's row, bumps its version and returns it as it stands once the
+// lock is granted, with the clock taken once the lock is held (so that a decision is timed
+// when it is taken), the job's epochs, its preparing checkpoints and checkpoint $2 whatever
+// its status (0: none). The epochs and checkpoints are current only if the version the
+// statement's snapshot saw is the one the lock found (DESIGN.md, invariant 7).
+var lockJobSQL = `UPDATE jobs j SET version = j.version + 1 WHERE j.name = $1 AND NOT j.deleted
+	RETURNING ` + jobRowColumns + `, j.version - 1, (SELECT o.version FROM jobs o WHERE o.name = $1), clock_timestamp(),
+	(SELECT coalesce(array_agg(e.participant ORDER BY e.participant), '{}') FROM participant_epochs e WHERE e.job = $1),
+	(SELECT coalesce(array_agg(e.epoch ORDER BY e.participant), '{}') FROM participant_epochs e WHERE e.job = $1),
+	(SELECT coalesce(json_agg(json_build_object(
+			'job', c.job, 'id', c.id, 'seq', c.seq, 'status', c.status, 'auto_commit', c.auto_commit,
+			'created_at', c.created_at, 'deadline', c.deadline, 'decided_at', c.decided_at,
+			'completed_at', c.completed_at, 'abort_reason', c.abort_reason,
+			'participants', (
+				SELECT json_agg(json_build_object(
+					'name', p.participant, 'epoch', p.epoch, 'vote', p.vote, 'reason', p.reason,
+					'committables', p.committables, 'voted_at', p.voted_at, 'acked_at', p.acked_at) ORDER BY p.position)
+				FROM checkpoint_participants p WHERE p.job = c.job AND p.checkpoint_id = c.id))
+			ORDER BY c.id), '[]')
+		FROM (` + openCheckpointsSQL + `) c)`
+
+// stateSQL reads, under the job's lock: the clock (so that a decision is timed when it is
+// taken), the job's epochs, and its preparing checkpoints with checkpoint $2 whatever its
+// status ($2 = 0: none), one row per participant. With no such checkpoint it returns one
+// row, whose checkpoint columns are NULL.
+var stateSQL = `SELECT clock_timestamp(), e.participants, e.epochs, ` + checkpointColumns + `, ` + participantColumns + `
+	FROM (` + epochsSQL + `) e
+	LEFT JOIN (` + jobCheckpointsSQL + `) ON true
+	ORDER BY c.id, p.position`
+
+// lockedJobSQL reads a job whose lock this transaction took already (for an earlier update
+// of the batch): its row, then what stateSQL reads, one row per participant of its
+// checkpoints, none if the job is missing (deleted by that earlier update).
+var lockedJobSQL = `SELECT ` + jobRowColumns + `, clock_timestamp(), e.participants, e.epochs,
+	` + checkpointColumns + `, ` + participantColumns + `
+	FROM jobs j
+	CROSS JOIN (` + epochsSQL + `) e
+	LEFT JOIN (` + jobCheckpointsSQL + `) ON true
+	WHERE j.name = $1 AND NOT j.deleted
+	ORDER BY c.id, p.position`
+
+// openCheckpointsSQL selects job $1's preparing checkpoints and checkpoint $2 whatever its
+// status, each an index lookup; jobCheckpointsSQL joins their participants (c and p).
+const openCheckpointsSQL = `SELECT * FROM checkpoints WHERE job = $1 AND status = 'preparing'
+	UNION ALL
+	SELECT * FROM checkpoints WHERE job = $1 AND id = $2 AND status <> 'preparing'`
+
+const jobCheckpointsSQL = `(` + openCheckpointsSQL + `) c
+	JOIN checkpoint_participants p ON p.job = c.job AND p.checkpoint_id = c.id`
+
+// lockIfUnchangedSQL locks job $1 and bumps its version if the version is still $2, and returns the
+// clock; it raises division_by_zero, failing the transaction, if the version changed (or
+// the job was deleted), or if a preparing checkpoint's deadline lies between $3 (the clock
+// the rules use) and the database's clock.
+const lockIfUnchangedSQL = `WITH u AS (
+		UPDATE jobs SET version = version + 1
+		WHERE name = $1 AND version = $2 AND NOT deleted AND NOT EXISTS (
+			SELECT 1 FROM checkpoints c WHERE c.job = $1 AND c.status = 'preparing'
+			  AND c.deadline BETWEEN least($3::timestamptz, clock_timestamp()) AND greatest($3::timestamptz, clock_timestamp()))
+		RETURNING clock_timestamp() AS now)
+	SELECT max(now), 1 / count(*) FROM u`
+
+// checkpointsSQL selects checkpoints (the inner query, which must select checkpointColumns
+// from checkpoints c and keep their order in an "ord" column) with all their participants,
+// one row per participant.
+func checkpointsSQL(inner string) string {
+	return `SELECT ` + checkpointColumns + `, ` + participantColumns + `
+		FROM (` + inner + `) c
+		JOIN checkpoint_participants p ON p.job = c.job AND p.checkpoint_id = c.id
+		ORDER BY c.ord, p.position`
+}

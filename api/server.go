@@ -9,7 +9,6 @@ import (
 	"net/http"
 	"net/url"
 	"strconv"
-	"strings"
 
 	"github.com/twophase/coordinator/coordinator"
 )
@@ -225,9 +224,6 @@ func (s *server) PutVote(ctx context.Context, req PutVoteRequestObject) (PutVote
 		v.Committables = *req.Body.Committables
 	}
 	if req.Body.Reason != nil {
-		if err := storableText("reason", *req.Body.Reason); err != nil {
-			return nil, err
-		}
 		v.Reason = *req.Body.Reason
 	}
 	cp, err := s.svc.Vote(ctx, req.Job, req.Id, req.Participant, v)
@@ -248,9 +244,6 @@ func (s *server) CommitCheckpoint(ctx context.Context, req CommitCheckpointReque
 func (s *server) AbortCheckpoint(ctx context.Context, req AbortCheckpointRequestObject) (AbortCheckpointResponseObject, error) {
 	var reason string
 	if req.Body != nil && req.Body.Reason != nil {
-		if err := storableText("reason", *req.Body.Reason); err != nil {
-			return nil, err
-		}
 		reason = *req.Body.Reason
 	}
 	cp, err := s.svc.Abort(ctx, req.Job, req.Id, reason)
@@ -281,15 +274,6 @@ func pageLimit(limit *int) (int, error) {
 		return 0, invalid("limit", "must be an integer from 1 to %d", coordinator.MaxPageSize)
 	}
 	return *limit, nil
-}
-
-// storableText refuses text no database column can hold: NUL characters (valid JSON as
-// \u0000, but refused by Postgres text), so that such input is a 400 and not a 500.
-func storableText(field, s string) error {
-	if strings.ContainsRune(s, 0) {
-		return invalid(field, "must not contain NUL characters")
-	}
-	return nil
 }
 
 func jobPath(job string) string { return "/v1/jobs/" + url.PathEscape(job) }

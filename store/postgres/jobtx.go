@@ -133,25 +133,17 @@ func (q *writeQueue) flush(ctx context.Context, conn *pgx.Conn) error {
 
 // jsonCheckpoint is a checkpoint as lockJobSQL returns it.
 type jsonCheckpoint struct {
-	Job          string     `json:"job"`
-	ID           int64      `json:"id"`
-	Seq          int64      `json:"seq"`
-	Status       string     `json:"status"`
-	AutoCommit   bool       `json:"auto_commit"`
-	CreatedAt    time.Time  `json:"created_at"`
-	Deadline     time.Time  `json:"deadline"`
-	DecidedAt    *time.Time `json:"decided_at"`
-	CompletedAt  *time.Time `json:"completed_at"`
-	AbortReason  *string    `json:"abort_reason"`
-	Participants []struct {
-		Name         string     `json:"name"`
-		Epoch        *int64     `json:"epoch"`
-		Vote         *string    `json:"vote"`
-		Reason       *string    `json:"reason"`
-		Committables *string    `json:"committables"`
-		VotedAt      *time.Time `json:"voted_at"`
-		AckedAt      *time.Time `json:"acked_at"`
-	} `json:"participants"`
+	Job          string           `json:"job"`
+	ID           int64            `json:"id"`
+	Seq          int64            `json:"seq"`
+	Status       string           `json:"status"`
+	AutoCommit   bool             `json:"auto_commit"`
+	CreatedAt    time.Time        `json:"created_at"`
+	Deadline     time.Time        `json:"deadline"`
+	DecidedAt    *time.Time       `json:"decided_at"`
+	CompletedAt  *time.Time       `json:"completed_at"`
+	AbortReason  *string          `json:"abort_reason"`
+	Participants []participantRow `json:"participants"`
 }
 
 func (j *jsonCheckpoint) checkpoint() *coordinator.Checkpoint {
@@ -163,8 +155,8 @@ func (j *jsonCheckpoint) checkpoint() *coordinator.Checkpoint {
 	if j.AbortReason != nil {
 		cp.AbortReason = *j.AbortReason
 	}
-	for i, jp := range j.Participants {
-		cp.Participants[i] = participantState(&jp.Name, jp.Epoch, jp.Vote, jp.Reason, jp.Committables, jp.VotedAt, jp.AckedAt)
+	for i := range j.Participants {
+		cp.Participants[i] = j.Participants[i].state()
 	}
 	return cp
 }
@@ -386,17 +378,17 @@ func scanCheckpoints(rows pgx.Rows, prefix ...any) ([]*coordinator.Checkpoint, e
 	var cps []*coordinator.Checkpoint
 	var cur *coordinator.Checkpoint
 	var (
-		job                                       pgtype.Text
-		id, seq                                   pgtype.Int8
-		status                                    pgtype.Text
-		autoCommit                                pgtype.Bool
-		createdAt, deadline                       pgtype.Timestamptz
-		decidedAt, completedAt, votedAt, ackedAt  *time.Time
-		reason, name, vote, preason, committables *string
-		epoch                                     *int64
+		job                    pgtype.Text
+		id, seq                pgtype.Int8
+		status                 pgtype.Text
+		autoCommit             pgtype.Bool
+		createdAt, deadline    pgtype.Timestamptz
+		decidedAt, completedAt *time.Time
+		reason                 *string
+		p                      participantRow
 	)
-	dest := append(prefix, &job, &id, &seq, &status, &autoCommit, &createdAt, &deadline, &decidedAt, &completedAt, &reason,
-		&name, &epoch, &vote, &preason, &committables, &votedAt, &ackedAt)
+	dest := append(prefix, &job, &id, &seq, &status, &autoCommit, &createdAt, &deadline, &decidedAt, &completedAt, &reason)
+	dest = append(dest, p.dest()...)
 	for rows.Next() {
 		if err := rows.Scan(dest...); err != nil {
 			return nil, err
@@ -421,30 +413,9 @@ func scanCheckpoints(rows pgx.Rows, prefix ...any) ([]*coordinator.Checkpoint, e
 			}
 			cps = append(cps, cur)
 		}
-		cur.Participants = append(cur.Participants, participantState(name, epoch, vote, preason, committables, votedAt, ackedAt))
+		cur.Participants = append(cur.Participants, p.state())
 	}
 	return cps, rows.Err()
-}
-
-// participantState builds a participant's state from its columns, NULL as nil.
-func participantState(name *string, epoch *int64, vote, reason, committables *string, votedAt, ackedAt *time.Time) coordinator.ParticipantState {
-	p := coordinator.ParticipantState{VotedAt: utc(votedAt), AckedAt: utc(ackedAt)}
-	if name != nil {
-		p.Name = *name
-	}
-	if epoch != nil {
-		p.Epoch = *epoch
-	}
-	if vote != nil {
-		p.Vote = coordinator.VoteKind(*vote)
-	}
-	if reason != nil {
-		p.Reason = *reason
-	}
-	if committables != nil {
-		p.Committables = []byte(*committables)
-	}
-	return p
 }
 
 func utc(t *time.Time) *time.Time {
@@ -562,21 +533,14 @@ func (t *jobTx) Apply(ctx context.Context, m *coordinator.Mutation) error {
 		t.queue.add("set epoch of "+e.Participant, setEpochSQL, t.job.Name, e.Participant, e.Epoch)
 	}
 	for _, v := range m.Votes {
-		p := &v.Participant
-		var committables *string
-		if p.Committables != nil {
-			s := string(p.Committables)
-			committables = &s
-		}
 		t.recorded = append(t.recorded, recorded{job: t.job.Name, id: v.Checkpoint})
-		t.addParticipantWrite(fmt.Sprintf("save vote of %s on %d", p.Name, v.Checkpoint), v.Checkpoint, saveVoteSQL,
-			t.job.Name, v.Checkpoint, p.Name, p.Epoch, nullable(string(p.Vote)), nullable(p.Reason), committables, p.VotedAt)
+		t.addParticipantWrite(fmt.Sprintf("save vote of %s on %d", v.Participant.Name, v.Checkpoint), v.Checkpoint, saveVoteSQL,
+			saveVoteArgs(t.job.Name, v.Checkpoint, &v.Participant)...)
 	}
 	for _, a := range m.Acks {
-		p := &a.Participant
 		t.recorded = append(t.recorded, recorded{job: t.job.Name, id: a.Checkpoint, ack: true})
-		t.addParticipantWrite(fmt.Sprintf("save ack of %s on %d", p.Name, a.Checkpoint), a.Checkpoint, saveAckSQL,
-			t.job.Name, a.Checkpoint, p.Name, p.AckedAt)
+		t.addParticipantWrite(fmt.Sprintf("save ack of %s on %d", a.Participant.Name, a.Checkpoint), a.Checkpoint, saveAckSQL,
+			saveAckArgs(t.job.Name, a.Checkpoint, &a.Participant)...)
 	}
 	for _, cp := range m.Statuses {
 		t.queueStatus(cp)

@@ -3,6 +3,7 @@ package postgres
 import (
 	"fmt"
 	"strings"
+	"time"
 
 	"github.com/twophase/coordinator/coordinator"
 )
@@ -166,14 +167,66 @@ const idempotencyKeySQL = "SELECT fingerprint, checkpoint_id FROM idempotency_ke
 // fingerprint $3, opened checkpoint $4.
 const recordIdempotencyKeySQL = "INSERT INTO idempotency_keys (job, key, fingerprint, checkpoint_id) VALUES ($1, $2, $3, $4)"
 
-// saveVoteSQL and saveAckSQL record participant $3's vote or ack on checkpoint $2 of job $1.
-// The status change it causes (the deciding vote, the last ack) is merged into the same
-// statement when it follows it (saveStatusWithSQL).
+// saveVoteSQL and saveAckSQL record participant $3's vote or ack on checkpoint $2 of job $1,
+// with the arguments saveVoteArgs and saveAckArgs give. The status change it causes (the
+// deciding vote, the last ack) is merged into the same statement when it follows it
+// (saveStatusWithSQL).
 const (
 	saveVoteSQL = `UPDATE checkpoint_participants SET epoch = $4, vote = $5, reason = $6, committables = $7, voted_at = $8
 		WHERE job = $1 AND checkpoint_id = $2 AND participant = $3`
 	saveAckSQL = `UPDATE checkpoint_participants SET acked_at = $4 WHERE job = $1 AND checkpoint_id = $2 AND participant = $3`
 )
+
+func saveVoteArgs(job string, id int64, p *coordinator.ParticipantState) []any {
+	var committables *string
+	if p.Committables != nil {
+		s := string(p.Committables)
+		committables = &s
+	}
+	return []any{job, id, p.Name, p.Epoch, nullable(string(p.Vote)), nullable(p.Reason), committables, p.VotedAt}
+}
+
+func saveAckArgs(job string, id int64, p *coordinator.ParticipantState) []any {
+	return []any{job, id, p.Name, p.AckedAt}
+}
+
+// participantRow is a participant's columns as participantColumns reads them, and as
+// lockJobSQL's JSON names them; NULL is nil.
+type participantRow struct {
+	Name         *string    `json:"name"`
+	Epoch        *int64     `json:"epoch"`
+	Vote         *string    `json:"vote"`
+	Reason       *string    `json:"reason"`
+	Committables *string    `json:"committables"`
+	VotedAt      *time.Time `json:"voted_at"`
+	AckedAt      *time.Time `json:"acked_at"`
+}
+
+// dest is where a row's participantColumns are scanned.
+func (r *participantRow) dest() []any {
+	return []any{&r.Name, &r.Epoch, &r.Vote, &r.Reason, &r.Committables, &r.VotedAt, &r.AckedAt}
+}
+
+// state is the participant's state the row holds.
+func (r *participantRow) state() coordinator.ParticipantState {
+	p := coordinator.ParticipantState{VotedAt: utc(r.VotedAt), AckedAt: utc(r.AckedAt)}
+	if r.Name != nil {
+		p.Name = *r.Name
+	}
+	if r.Epoch != nil {
+		p.Epoch = *r.Epoch
+	}
+	if r.Vote != nil {
+		p.Vote = coordinator.VoteKind(*r.Vote)
+	}
+	if r.Reason != nil {
+		p.Reason = *r.Reason
+	}
+	if r.Committables != nil {
+		p.Committables = []byte(*r.Committables)
+	}
+	return p
+}
 
 // saveStatusSQL saves checkpoint $2 of job $1's status and decision ($3-$6) and announces it
 // to other processes with payload $7.

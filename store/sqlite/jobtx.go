@@ -95,21 +95,12 @@ func queryCheckpoints(ctx context.Context, q querier, query string, args ...any)
 	for rows.Next() {
 		var job string
 		var id int64
-		var p coordinator.ParticipantState
-		var epoch, votedAt, ackedAt sql.NullInt64
-		var vote, reason, committables sql.NullString
-		if err := rows.Scan(&job, &id, &p.Name, &epoch, &vote, &reason, &committables, &votedAt, &ackedAt); err != nil {
+		var p participantRow
+		if err := rows.Scan(append([]any{&job, &id}, p.dest()...)...); err != nil {
 			return nil, err
 		}
-		p.Epoch = epoch.Int64
-		p.Vote = coordinator.VoteKind(vote.String)
-		p.Reason = reason.String
-		if committables.Valid {
-			p.Committables = json.RawMessage(committables.String)
-		}
-		p.VotedAt, p.AckedAt = optionalTime(votedAt), optionalTime(ackedAt)
 		cp := index[coordinator.BrokerKey(job, id)]
-		cp.Participants = append(cp.Participants, p)
+		cp.Participants = append(cp.Participants, p.state())
 	}
 	return cps, rows.Err()
 }
@@ -224,12 +215,7 @@ func (t *jobTx) insertCheckpoint(ctx context.Context, cp *coordinator.Checkpoint
 }
 
 func (t *jobTx) saveVote(ctx context.Context, cp int64, p *coordinator.ParticipantState) error {
-	var committables any
-	if p.Committables != nil {
-		committables = string(p.Committables)
-	}
-	_, err := t.tx.ExecContext(ctx, saveVoteSQL,
-		t.job.Name, cp, p.Name, p.Epoch, nullable(string(p.Vote)), nullable(p.Reason), committables, micros(p.VotedAt))
+	_, err := t.tx.ExecContext(ctx, saveVoteSQL, saveVoteArgs(t.job.Name, cp, p)...)
 	if err != nil {
 		return fmt.Errorf("save vote of %s on %d: %w", p.Name, cp, err)
 	}
@@ -237,7 +223,7 @@ func (t *jobTx) saveVote(ctx context.Context, cp int64, p *coordinator.Participa
 }
 
 func (t *jobTx) saveAck(ctx context.Context, cp int64, p *coordinator.ParticipantState) error {
-	_, err := t.tx.ExecContext(ctx, saveAckSQL, t.job.Name, cp, p.Name, micros(p.AckedAt))
+	_, err := t.tx.ExecContext(ctx, saveAckSQL, saveAckArgs(t.job.Name, cp, p)...)
 	if err != nil {
 		return fmt.Errorf("save ack of %s on %d: %w", p.Name, cp, err)
 	}

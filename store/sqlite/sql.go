@@ -1,6 +1,12 @@
 package sqlite
 
-import "strings"
+import (
+	"database/sql"
+	"encoding/json"
+	"strings"
+
+	"github.com/twophase/coordinator/coordinator"
+)
 
 // Every statement of the store, named by what it does. The sections and the names follow
 // store/postgres/sql.go, so that a diff of the two shows the dialects; statements only this
@@ -157,6 +163,42 @@ const saveVoteSQL = `
 
 // saveAckSQL saves a participant's ack: ?1 job, ?2 checkpoint, ?3 participant, ?4 acked at.
 const saveAckSQL = "UPDATE checkpoint_participants SET acked_at = ?4 WHERE job = ?1 AND checkpoint_id = ?2 AND participant = ?3"
+
+func saveVoteArgs(job string, id int64, p *coordinator.ParticipantState) []any {
+	var committables any
+	if p.Committables != nil {
+		committables = string(p.Committables)
+	}
+	return []any{job, id, p.Name, p.Epoch, nullable(string(p.Vote)), nullable(p.Reason), committables, micros(p.VotedAt)}
+}
+
+func saveAckArgs(job string, id int64, p *coordinator.ParticipantState) []any {
+	return []any{job, id, p.Name, micros(p.AckedAt)}
+}
+
+// participantRow is a participant's columns as participantsSQL reads them after the job and
+// the checkpoint id; NULL is the zero value.
+type participantRow struct {
+	name                    string
+	epoch, votedAt, ackedAt sql.NullInt64
+	vote, reason            sql.NullString
+	committables            sql.NullString
+}
+
+// dest is where a row's participant columns are scanned.
+func (r *participantRow) dest() []any {
+	return []any{&r.name, &r.epoch, &r.vote, &r.reason, &r.committables, &r.votedAt, &r.ackedAt}
+}
+
+// state is the participant's state the row holds.
+func (r *participantRow) state() coordinator.ParticipantState {
+	p := coordinator.ParticipantState{Name: r.name, Epoch: r.epoch.Int64, Vote: coordinator.VoteKind(r.vote.String), Reason: r.reason.String,
+		VotedAt: optionalTime(r.votedAt), AckedAt: optionalTime(r.ackedAt)}
+	if r.committables.Valid {
+		p.Committables = json.RawMessage(r.committables.String)
+	}
+	return p
+}
 
 // saveStatusSQL saves a checkpoint's decision: ?1 job, ?2 id, ?3 status, ?4 decided at, ?5 completed at, ?6 abort reason.
 const saveStatusSQL = `

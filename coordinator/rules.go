@@ -381,19 +381,32 @@ func (r *JobState) DeleteJob(owing []*Checkpoint) error {
 	return nil
 }
 
-// CheckParticipant returns not_found unless participant is one of the job's, or one of
-// owing (the checkpoints in which it may still owe something, JobTx.Owing) has it as a
-// voter: a participant removed from the configuration still settles what it owes.
-func CheckParticipant(job *Job, owing []*Checkpoint, participant string) error {
+// CheckParticipant returns not_found unless participant is one of the job's, or may still
+// owe something on one of cps: a participant removed from the configuration still settles
+// what it owes.
+func CheckParticipant(job *Job, cps []*Checkpoint, participant string) error {
 	if slices.Contains(job.Config.Participants, participant) {
 		return nil
 	}
-	for _, cp := range owing {
-		if cp.Participant(participant) != nil {
+	for _, cp := range cps {
+		if MayOwe(cp, participant) {
 			return nil
 		}
 	}
 	return reject(CodeNotFound, nil, "%q is not a participant of job %s", participant, job.Name)
+}
+
+// MayOwe reports whether participant (or, if empty, anyone) has not acked cp and may still
+// owe something on it: cp is preparing or committing, or aborted with its prepared vote.
+// It is what JobTx.Owing selects; Owed decides what is really owed.
+func MayOwe(cp *Checkpoint, participant string) bool {
+	for _, p := range cp.Participants {
+		if (participant == "" || p.Name == participant) && p.AckedAt == nil &&
+			(cp.Status == StatusPreparing || cp.Status == StatusCommitting || cp.Status == StatusAborted && p.Vote == VotePrepared) {
+			return true
+		}
+	}
+	return false
 }
 
 // Owed says what participant owes on cp, if anything (rule 7).

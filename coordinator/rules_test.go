@@ -2084,3 +2084,52 @@ func TestRulesHoldOverRandomEvents(t *testing.T) {
 		t.Repeat(m.actions())
 	})
 }
+
+// MayOwe is what JobTx.Owing selects: an unacked participant of a checkpoint that is
+// preparing or committing, or aborted with its prepared vote. A participant that was
+// removed from the job's configuration is still found by CheckParticipant while it may owe.
+func TestMayOweAndCheckParticipant(t *testing.T) {
+	t.Parallel()
+	now := ruleNow
+	cp := func(status Status, vote VoteKind, acked bool) *Checkpoint {
+		c := &Checkpoint{ID: 1, Status: status, Participants: []ParticipantState{{Name: "gone", Vote: vote}, {Name: "b"}}}
+		if acked {
+			c.Participants[0].AckedAt = &now
+		}
+		return c
+	}
+	cases := []struct {
+		cp   *Checkpoint
+		want bool
+	}{
+		{cp(StatusPreparing, "", false), true},
+		{cp(StatusPreparing, VotePrepared, false), true},
+		{cp(StatusCommitting, VotePrepared, false), true},
+		{cp(StatusCommitting, VotePrepared, true), false},
+		{cp(StatusAborted, VotePrepared, false), true},
+		{cp(StatusAborted, VotePrepared, true), false},
+		{cp(StatusAborted, VoteAbort, false), false},
+		{cp(StatusAborted, "", false), false},
+		{cp(StatusCommitted, VotePrepared, true), false},
+	}
+	job := &Job{Name: "j", Config: JobConfig{Participants: []string{"b"}}}
+	for _, c := range cases {
+		name := fmt.Sprintf("%s, vote %q, acked %v", c.cp.Status, c.cp.Participants[0].Vote, c.cp.Participants[0].AckedAt != nil)
+		if got := MayOwe(c.cp, "gone"); got != c.want {
+			t.Errorf("%s: MayOwe = %v, want %v", name, got, c.want)
+		}
+		err := CheckParticipant(job, []*Checkpoint{c.cp}, "gone")
+		if c.want != (err == nil) || err != nil && !errors.Is(err, ErrNotFound) {
+			t.Errorf("%s: CheckParticipant = %v, want found %v", name, err, c.want)
+		}
+		if err := CheckParticipant(job, []*Checkpoint{c.cp}, "b"); err != nil {
+			t.Errorf("%s: CheckParticipant of a configured participant = %v", name, err)
+		}
+	}
+	if MayOwe(cp(StatusAborted, VoteAbort, false), "") {
+		t.Error(`MayOwe(aborted, nobody prepared, "") = true`)
+	}
+	if !MayOwe(cp(StatusCommitting, VotePrepared, true), "") {
+		t.Error(`MayOwe(committing with b unacked, "") = false`)
+	}
+}

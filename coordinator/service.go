@@ -163,7 +163,7 @@ func (s *Service) Register(ctx context.Context, job, participant string) (*Pendi
 		if err != nil {
 			return err
 		}
-		if err := CheckParticipant(st.Job, owing, participant); err != nil {
+		if err := CheckParticipant(st.Job, current(st, owing), participant); err != nil {
 			return err
 		}
 		epoch := st.Register(participant)

@@ -183,7 +183,9 @@ func (s *memStore) PutJob(ctx context.Context, name string, cfg coordinator.JobC
 		s.state.jobs[name] = j
 	}
 	j.Config, j.UpdatedAt = cfg, now
-	return s.state.job(name), !ok, nil
+	// The job as GetJob shows it, last checkpoints included, as the real stores answer
+	// (and PUT /v1/jobs/{job} with them).
+	return s.state.shown(name), !ok, nil
 }
 
 func (s *memStore) GetJob(ctx context.Context, name string) (*coordinator.Job, error) {

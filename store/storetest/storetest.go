@@ -5,7 +5,9 @@
 //
 // The suite tests three layers: the Store and JobTx contract itself (store.go's doc comments),
 // the protocol of PROTOCOL.md carried out by coordinator.Service on the real store, and the
-// protocol's guarantees under concurrent requests on real connections.
+// protocol's guarantees under concurrent requests on real connections. A property test then
+// drives the Service with random sequences of requests on the store and on an in-memory
+// reference store side by side, and compares every answer and the whole state.
 package storetest
 
 import (
@@ -29,6 +31,7 @@ func Run(t *testing.T, open func(t *testing.T) coordinator.Store) {
 	t.Run("Contract", func(t *testing.T) { t.Parallel(); runContract(t, o) })
 	t.Run("Protocol", func(t *testing.T) { t.Parallel(); runProtocol(t, o) })
 	t.Run("Concurrency", func(t *testing.T) { t.Parallel(); runConcurrency(t, o) })
+	t.Run("Property", func(t *testing.T) { t.Parallel(); runProperty(t, o) })
 }
 
 type opener func(t *testing.T) coordinator.Store

@@ -38,10 +38,12 @@ const jobRowColumns = `j.name, j.participants, j.checkpoint_timeout_ms, j.max_co
 const putJobDeletedSQL = "SELECT deleted FROM jobs WHERE name = $1 FOR UPDATE"
 
 // putJobUpsertSQL creates job $1 with configuration $2-$5 or replaces its configuration
-// (bumping its version: DESIGN.md, invariant 1), and returns whether it inserted.
+// (bumping its version: DESIGN.md, invariant 1), and returns whether it inserted. The clock
+// is read once, so that a new job's created_at and updated_at are the same instant.
 const putJobUpsertSQL = `
+			WITH now AS MATERIALIZED (SELECT clock_timestamp() AS t)
 			INSERT INTO jobs AS j (name, participants, checkpoint_timeout_ms, max_concurrent_checkpoints, auto_commit, created_at, updated_at)
-			VALUES ($1, $2, $3, $4, $5, clock_timestamp(), clock_timestamp())
+			VALUES ($1, $2, $3, $4, $5, (SELECT t FROM now), (SELECT t FROM now))
 			ON CONFLICT (name) DO UPDATE SET
 				participants = EXCLUDED.participants,
 				checkpoint_timeout_ms = EXCLUDED.checkpoint_timeout_ms,

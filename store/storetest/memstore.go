@@ -290,15 +290,8 @@ func (tx *memTx) Checkpoint(ctx context.Context, id int64) (*coordinator.Checkpo
 func (tx *memTx) Owing(ctx context.Context, participant string) ([]*coordinator.Checkpoint, error) {
 	var out []*coordinator.Checkpoint
 	for _, cp := range tx.state.sorted(tx.name) {
-		if cp.Status == coordinator.StatusCommitted {
-			continue
-		}
-		for _, p := range cp.Participants {
-			mayOwe := cp.Status != coordinator.StatusAborted || p.Vote == coordinator.VotePrepared
-			if (participant == "" || p.Name == participant) && p.AckedAt == nil && mayOwe {
-				out = append(out, cloneCheckpoint(cp))
-				break
-			}
+		if coordinator.MayOwe(cp, participant) {
+			out = append(out, cloneCheckpoint(cp))
 		}
 	}
 	return out, nil

@@ -662,15 +662,9 @@ func (w *writer) job(j *coordinator.Job) {
 	for _, p := range slices.Sorted(maps.Keys(j.Epochs)) {
 		epochs = append(epochs, fmt.Sprintf("%s=%d", p, j.Epochs[p]))
 	}
-	// UpdatedAt is compared with CreatedAt only: on a job just created, the PostgreSQL store
-	// may set it a few microseconds after CreatedAt, the other stores at the same instant.
-	updated := "not before created"
-	if j.UpdatedAt.IsZero() || j.UpdatedAt.Before(j.CreatedAt) {
-		updated = "missing or before created"
-	}
 	w.line("job %s: participants %v, timeout %v, max %d, auto-commit %v; seq %d, epochs %v, last %s, last committed %s; created %s, updated %s",
 		j.Name, c.Participants, c.CheckpointTimeout, c.MaxConcurrentCheckpoints, c.AutoCommit,
-		j.Seq, epochs, fmtIDPtr(j.LastCheckpoint), fmtIDPtr(j.LastCommitted), w.time(&j.CreatedAt), updated)
+		j.Seq, epochs, fmtIDPtr(j.LastCheckpoint), fmtIDPtr(j.LastCommitted), w.time(&j.CreatedAt), w.time(&j.UpdatedAt))
 }
 
 func (w *writer) checkpoint(cp *coordinator.Checkpoint) {

@@ -41,10 +41,22 @@ import (
 // Seq, epochs) and its preparing checkpoints, lowest id first. The rules keep it current as
 // they decide, and record in Mutation what they changed, for the store to write.
 type JobState struct {
-	Now       time.Time
+	Now time.Time
+	// Job is the job's row as the store read it; a rule that changes it (its Seq, its
+	// epochs) changes a copy, made once (ownJob), so that the store's own changes only
+	// through Mutation.
 	Job       *Job
 	Preparing []*Checkpoint
 	Mutation  Mutation
+	jobOwned  bool
+}
+
+// ownJob makes Job the state's own copy, to change.
+func (s *JobState) ownJob() *Job {
+	if !s.jobOwned {
+		s.Job, s.jobOwned = CloneJob(s.Job), true
+	}
+	return s.Job
 }
 
 func (s *JobState) drop(cp *Checkpoint) {
@@ -306,10 +318,11 @@ func allAcked(cp *Checkpoint) bool {
 // (rule 5). It returns the new epoch.
 func (r *JobState) Register(participant string) int64 {
 	epoch := r.Job.Epoch(participant) + 1
-	if r.Job.Epochs == nil {
-		r.Job.Epochs = map[string]int64{}
+	job := r.ownJob()
+	if job.Epochs == nil {
+		job.Epochs = map[string]int64{}
 	}
-	r.Job.Epochs[participant] = epoch
+	job.Epochs[participant] = epoch
 	r.Mutation.Epochs = append(r.Mutation.Epochs, EpochChange{Participant: participant, Epoch: epoch})
 	for _, cp := range append([]*Checkpoint(nil), r.Preparing...) {
 		if cp.Status != StatusPreparing {
@@ -356,7 +369,7 @@ func (r *JobState) Prepare(req PrepareRequest, prior *IdempotencyRecord) (cp *Ch
 	for i, p := range cfg.Participants {
 		cp.Participants[i].Name = p
 	}
-	r.Job.Seq = cp.ID
+	r.ownJob().Seq = cp.ID
 	r.Preparing = append(r.Preparing, cp)
 	r.Mutation.Opened = cp
 	if req.IdempotencyKey != "" {

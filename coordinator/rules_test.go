@@ -2133,3 +2133,29 @@ func TestMayOweAndCheckParticipant(t *testing.T) {
 		t.Error(`MayOwe(committing with b unacked, "") = false`)
 	}
 }
+
+// The rules change their own copy of the job's row, never the store's: what the store
+// holds changes only through the Mutation.
+func TestRulesLeaveTheStoresJobAlone(t *testing.T) {
+	t.Parallel()
+	stored := &Job{Name: "j", Seq: 4, Epochs: map[string]int64{"a": 2},
+		Config: JobConfig{Participants: []string{"a"}, CheckpointTimeout: time.Minute, MaxConcurrentCheckpoints: 2, AutoCommit: true}}
+	st := &JobState{Now: ruleNow, Job: stored}
+	if _, _, err := st.Prepare(PrepareRequest{}, nil); err != nil {
+		t.Fatal(err)
+	}
+	if epoch := st.Register("a"); epoch != 3 {
+		t.Fatalf("Register = %d, want 3", epoch)
+	}
+	if stored.Seq != 4 || stored.Epochs["a"] != 2 {
+		t.Fatalf("the store's job changed: seq %d, epochs %v", stored.Seq, stored.Epochs)
+	}
+	if st.Job.Seq != 5 || st.Job.Epoch("a") != 3 {
+		t.Fatalf("the rules' job: seq %d, epochs %v; want 5 and a=3", st.Job.Seq, st.Job.Epochs)
+	}
+	replayed := CloneJob(stored)
+	st.Mutation.Apply(replayed, map[int64]*Checkpoint{})
+	if replayed.Seq != 5 || replayed.Epoch("a") != 3 {
+		t.Fatalf("the mutation replayed on the store's job: seq %d, epochs %v; want 5 and a=3", replayed.Seq, replayed.Epochs)
+	}
+}

@@ -379,7 +379,7 @@ func (s *Service) update(ctx context.Context, job string, checkpoint int64, deci
 		if err != nil {
 			return err
 		}
-		st := &JobState{Now: tx.Now(), Job: CloneJob(tx.Job()), Preparing: preparing}
+		st := &JobState{Now: tx.Now(), Job: tx.Job(), Preparing: preparing}
 		st.Expire()
 		decideErr := decide(st, tx)
 		if decideErr != nil && !IsRejection(decideErr) {

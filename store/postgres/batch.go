@@ -36,7 +36,7 @@ type batch struct {
 	decided   [][]*coordinator.Checkpoint
 	recorded  []recorded // the votes and acks the batch recorded
 	lingerEnd time.Time  // how long the batch may wait for followers, once it does
-	stale     bool       // a cached state's check failed: the transaction is lost
+	stale     *bool      // a cached state's check failed: the transaction is lost
 }
 
 // commit runs the updates in one transaction, with those that join it if join is true,
@@ -60,11 +60,18 @@ func (c *committer) commit(ops []*groupcommit.Op, join, useCache bool) (_ []*gro
 		}
 		pooled.Release()
 	}()
-	b := &batch{c: c, ctx: ctx, conn: pooled.Conn(), queue: &writeQueue{}, join: join, ops: ops}
+	// b stays on the stack, with the slices and maps it makes (so no closure takes b: the
+	// one that checks a cached state is told where to note a failure, stale).
+	stale := false
+	n := len(ops)
+	b := &batch{c: c, ctx: ctx, conn: pooled.Conn(), queue: &writeQueue{}, join: join, ops: ops, stale: &stale,
+		txs: make([]*jobTx, n), errs: make([]error, n), cached: make([]*jobState, n), estimates: make([]time.Time, n),
+		locked: make(map[string]bool, n), last: make(map[string]*jobTx, n),
+		answers: make([]error, 0, n), decided: make([][]*coordinator.Checkpoint, 0, n)}
 	defer func() {
 		// A failed check fails the transaction, and every statement after it: whatever error
 		// the batch ends with (a rule may have wrapped it, or not), it is errStale then.
-		if err != nil && b.stale && !errors.Is(err, errStale) {
+		if err != nil && stale && !errors.Is(err, errStale) {
 			err = fmt.Errorf("%w (%w)", errStale, err)
 		}
 	}()
@@ -85,9 +92,6 @@ func (b *batch) newTx() *jobTx {
 // start gives the first update of each job its jobTx, and begins them: from the job's
 // cached state if there is one (cache.go), else from what they read under the lock.
 func (b *batch) start(useCache bool) error {
-	n := len(b.ops)
-	b.txs, b.errs = make([]*jobTx, n), make([]error, n)
-	b.cached, b.estimates = make([]*jobState, n), make([]time.Time, n)
 	reads := false
 	for i, o := range b.ops {
 		if i > 0 && b.ops[i-1].Job == o.Job {
@@ -113,7 +117,6 @@ func (b *batch) start(useCache bool) error {
 	} else {
 		b.resumeCached()
 	}
-	b.locked = make(map[string]bool, n)
 	for i, o := range b.ops {
 		if b.txs[i] != nil && b.txs[i].job != nil {
 			b.locked[o.Job] = true
@@ -127,6 +130,7 @@ func (b *batch) start(useCache bool) error {
 // resumeCached begins every job of a batch whose jobs are all cached on its estimated
 // clock: the checks go with the writes and COMMIT, in one round trip (invariants 1-3).
 func (b *batch) resumeCached() {
+	cache, stale := b.c.cache, b.stale
 	for i, o := range b.ops {
 		st := b.cached[i]
 		if st == nil {
@@ -136,9 +140,9 @@ func (b *batch) resumeCached() {
 			var db time.Time
 			err := scanLockIfUnchanged(row, &db)
 			if err == nil {
-				b.c.cache.observe(db, time.Now())
+				cache.observe(db, time.Now())
 			}
-			b.stale = b.stale || errors.Is(err, errStale)
+			*stale = *stale || errors.Is(err, errStale)
 			return err
 		}, lockIfUnchangedSQL, o.Job, st.version, b.estimates[i])
 		b.txs[i].resume(st, b.estimates[i], time.Now(), o.Checkpoint)
@@ -203,9 +207,6 @@ func (b *batch) begin() error {
 // run runs every update of the batch in turn, and those that join it before it commits.
 // A rejection is an answer; any other error fails the batch.
 func (b *batch) run() error {
-	b.last = make(map[string]*jobTx, len(b.ops))
-	b.answers = make([]error, 0, len(b.ops))
-	b.decided = make([][]*coordinator.Checkpoint, 0, len(b.ops))
 	for i := 0; ; i++ {
 		if i == len(b.ops) && !b.takeJoiners() {
 			return nil

@@ -43,10 +43,7 @@ func (s *server) GetReadyz(ctx context.Context, _ GetReadyzRequestObject) (GetRe
 }
 
 func (s *server) ListJobs(ctx context.Context, req ListJobsRequestObject) (ListJobsResponseObject, error) {
-	limit, err := pageLimit(req.Params.Limit)
-	if err != nil {
-		return nil, err
-	}
+	limit := pageLimit(req.Params.Limit)
 	after, err := jobCursor(req.Params.Cursor)
 	if err != nil {
 		return nil, err
@@ -151,10 +148,7 @@ func fingerprint(body PrepareRequest) string {
 }
 
 func (s *server) ListCheckpoints(ctx context.Context, req ListCheckpointsRequestObject) (ListCheckpointsResponseObject, error) {
-	limit, err := pageLimit(req.Params.Limit)
-	if err != nil {
-		return nil, err
-	}
+	limit := pageLimit(req.Params.Limit)
 	after, err := positionCursor(cursorCheckpoints, req.Params.Cursor)
 	if err != nil {
 		return nil, err
@@ -176,10 +170,7 @@ func (s *server) ListCheckpoints(ctx context.Context, req ListCheckpointsRequest
 }
 
 func (s *server) ListOpenCheckpoints(ctx context.Context, req ListOpenCheckpointsRequestObject) (ListOpenCheckpointsResponseObject, error) {
-	limit, err := pageLimit(req.Params.Limit)
-	if err != nil {
-		return nil, err
-	}
+	limit := pageLimit(req.Params.Limit)
 	after, err := positionCursor(cursorAll, req.Params.Cursor)
 	if err != nil {
 		return nil, err
@@ -264,16 +255,12 @@ func (s *server) PutAck(ctx context.Context, req PutAckRequestObject) (PutAckRes
 	return ok(checkpointBody(cp)), nil
 }
 
-// pageLimit returns the page size to ask the service for: 0 (its default) when the
-// parameter is absent. The service takes 0 as "default", so an explicit 0 is refused here.
-func pageLimit(limit *int) (int, error) {
+// pageLimit is the page size asked for, DefaultPageSize when the parameter is absent.
+func pageLimit(limit *int) int {
 	if limit == nil {
-		return 0, nil
+		return coordinator.DefaultPageSize
 	}
-	if *limit < 1 || *limit > coordinator.MaxPageSize {
-		return 0, invalid("limit", "must be an integer from 1 to %d", coordinator.MaxPageSize)
-	}
-	return *limit, nil
+	return *limit
 }
 
 func jobPath(job string) string { return "/v1/jobs/" + url.PathEscape(job) }

@@ -68,8 +68,9 @@ func (s *Service) view(job *Job) *Job {
 
 // ListJobs returns a page of jobs by name after the given one, and whether more follow.
 func (s *Service) ListJobs(ctx context.Context, after string, limit int) ([]*Job, bool, error) {
-	limit, err := pageSize(limit)
-	if err != nil {
+	var f fieldErrors
+	validatePageSize(&f, limit)
+	if err := f.err(); err != nil {
 		return nil, false, err
 	}
 	jobs, err := s.store.ListJobs(ctx, after, limit+1)
@@ -86,25 +87,11 @@ func (s *Service) ListJobs(ctx context.Context, after string, limit int) ([]*Job
 	return jobs, more, nil
 }
 
-func pageSize(limit int) (int, error) {
-	if limit == 0 {
-		return DefaultPageSize, nil
-	}
-	if limit < 1 || limit > MaxPageSize {
-		var f fieldErrors
-		f.add("limit", "must be from 1 to %d", MaxPageSize)
-		return 0, f.err()
-	}
-	return limit, nil
-}
-
 // ListCheckpoints returns a page of checkpoints and whether more follow.
 func (s *Service) ListCheckpoints(ctx context.Context, q CheckpointQuery) ([]*Checkpoint, bool, error) {
-	limit, err := pageSize(q.Limit)
-	if err != nil {
-		return nil, false, err
-	}
+	limit := q.Limit
 	var f fieldErrors
+	validatePageSize(&f, limit)
 	if q.Job != "" {
 		f.name("job", q.Job)
 	}

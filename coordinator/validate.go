@@ -177,6 +177,14 @@ func ValidatePrepare(job string, req PrepareRequest) error {
 	return f.err()
 }
 
+// validatePageSize checks the size of a page of a list: from 1 to MaxPageSize (a caller
+// that was given none asks for DefaultPageSize).
+func validatePageSize(f *fieldErrors, limit int) {
+	if limit < 1 || limit > MaxPageSize {
+		f.add("limit", "must be an integer from 1 to %d", MaxPageSize)
+	}
+}
+
 func validateNames(job, participant string) error {
 	var f fieldErrors
 	f.name("job", job)

@@ -421,7 +421,7 @@ func (r *propertyRun) listCheckpoints(t *rapid.T) {
 			q.Statuses = append(q.Statuses, st)
 		}
 	}
-	q.Limit = rapid.IntRange(0, 3).Draw(t, "limit")
+	q.Limit = rapid.SampledFrom([]int{0, 1, 2, 3, coordinator.DefaultPageSize}).Draw(t, "limit")
 	if rapid.Bool().Draw(t, "after?") {
 		q.After = r.drawID(t, q.Job)
 	}

@@ -24,9 +24,10 @@ import (
 //	 4 idempotent writes        Vote (same vote again), Ack (acked already), Commit, Abort (decided so
 //	                            already); JobState.Prepare (Idempotency-Key, idempotency_conflict)
 //	 5 fencing                  checkEpoch (vote, ack); JobState.Register (new epoch, aborts the unvoted)
-//	 6 exact deadlines          JobState.Expire, run first on every state (Service.begin) and by the
-//	                            sweeper (Service.SweepExpired); Pending hides what expired
-//	 7 nothing owed forgotten   Owed, PendingItems, OwesAnything; CheckParticipant
+//	 6 exact deadlines          JobState.Expire, run first on every state (Service.update) and by the
+//	                            sweeper (Service.SweepExpired); PendingItems hides what expired
+//	 7 nothing owed forgotten   Owed, MayOwe (what JobTx.Owing selects), PendingItems, OwesAnything;
+//	                            CheckParticipant
 //	 8 many coordinators        the stores: the job's lock and JobTx.Now, the database's clock
 //	 9 commit order, no gaps    Advance (lowest first), Commit (lower_checkpoint_open), abort (cascade)
 //	10 bad input changes nothing validate.go: ValidateJobConfig, ValidateVote, ValidateName, ...

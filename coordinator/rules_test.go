@@ -1684,7 +1684,7 @@ func TestPendingItems(t *testing.T) {
 }
 
 // ruleModel is one job driven through the rules as Service drives them: every event first
-// expires what is due (begin), then applies one rule on the same Round.
+// expires what is due (begin), then applies one rule on the same JobState.
 type ruleModel struct {
 	maxConcurrent int
 	names         []string

@@ -36,7 +36,7 @@ type jobTx struct {
 	queue     *writeQueue
 	origin    string                    // names this process in announcements (channel)
 	decided   []*coordinator.Checkpoint // as saved, published once committed
-	lastWrite *participantWrite         // the last statement queued, if a participant write (SaveStatus merges)
+	lastWrite *participantWrite         // the last statement queued, if a participant write (queueStatus merges)
 
 	// checkpoints holds this transaction's own copies of the job's checkpoints that it read
 	// (every preparing one among them), kept as it changes them (Apply), so that the next

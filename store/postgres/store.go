@@ -90,32 +90,66 @@ func (s *Store) Close() {
 // any interruption it wakes every waiter, since announcements may have been missed.
 func (s *Store) listen(ctx context.Context, cfg *pgx.ConnConfig) {
 	defer close(s.listened)
-	backoff := 100 * time.Millisecond
+	var backoff reconnectBackoff
 	for ctx.Err() == nil {
-		err := s.listenOnce(ctx, cfg)
+		listenedFor, err := s.listenOnce(ctx, cfg)
 		s.broker.NotifyAll()
 		if ctx.Err() != nil {
 			return
 		}
-		s.logger.Warn("decision listener interrupted; reconnecting", "error", err, "backoff", backoff)
+		wait := backoff.next(listenedFor)
+		s.logger.Warn("decision listener interrupted; reconnecting", "error", err, "backoff", wait)
 		select {
 		case <-ctx.Done():
 			return
-		case <-time.After(backoff):
+		case <-time.After(wait):
 		}
-		backoff = min(backoff*2, 2*time.Second)
 	}
 }
 
-func (s *Store) listenOnce(ctx context.Context, cfg *pgx.ConnConfig) error {
+// The listener's waits before reconnecting.
+const (
+	minReconnectBackoff = 100 * time.Millisecond
+	maxReconnectBackoff = 2 * time.Second
+)
+
+// reconnectBackoff is how long the listener waits before it connects again: from
+// minReconnectBackoff, doubling after each connection that failed, up to
+// maxReconnectBackoff, and from minReconnectBackoff again once a connection was good.
+//
+// Good means it listened for at least maxReconnectBackoff, not merely that its LISTEN went
+// through: every reconnection wakes every waiter to re-read (listen), so a connection that
+// a proxy or a server cuts right after each LISTEN must not make the listener reconnect,
+// and the waiters re-read, every minReconnectBackoff. So the listener reconnects at most
+// about once per maxReconnectBackoff for as long as connections keep dropping, and is back
+// within minReconnectBackoff after the drop of a good one. The zero value is ready to use.
+type reconnectBackoff struct {
+	wait time.Duration // the next wait; 0 means minReconnectBackoff
+}
+
+// next returns the wait before the next attempt, the last connection having listened for
+// listenedFor (0: it never got its LISTEN through).
+func (b *reconnectBackoff) next(listenedFor time.Duration) time.Duration {
+	if listenedFor >= maxReconnectBackoff {
+		b.wait = 0
+	}
+	wait := max(b.wait, minReconnectBackoff)
+	b.wait = min(wait*2, maxReconnectBackoff)
+	return wait
+}
+
+// listenOnce connects, listens and relays announcements until the connection fails or ctx
+// ends. It returns how long it listened: 0 if it never got its LISTEN through.
+func (s *Store) listenOnce(ctx context.Context, cfg *pgx.ConnConfig) (time.Duration, error) {
 	conn, err := pgx.ConnectConfig(ctx, cfg)
 	if err != nil {
-		return err
+		return 0, err
 	}
 	defer conn.Close(context.Background())
 	if _, err := conn.Exec(ctx, listenSQL); err != nil {
-		return err
+		return 0, err
 	}
+	listening := time.Now()
 	// Waiters that subscribed while the listener was down re-read now.
 	s.committer.cache.listen(true)
 	defer s.committer.cache.listen(false)
@@ -123,7 +157,7 @@ func (s *Store) listenOnce(ctx context.Context, cfg *pgx.ConnConfig) error {
 	for {
 		n, err := conn.WaitForNotification(ctx)
 		if err != nil {
-			return err
+			return time.Since(listening), err
 		}
 		origin, key, ok := strings.Cut(n.Payload, " ")
 		if !ok {

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"sync"
 	"time"
 )
 
@@ -380,25 +381,47 @@ func (s *Service) update(ctx context.Context, job string, checkpoint int64, deci
 }
 
 // SweepExpired aborts every checkpoint whose deadline passed, on every job, and returns
-// how many jobs it swept.
+// how many jobs it swept. The jobs are swept at once, each bounded by sweepJobTimeout: a
+// job that cannot be had now (its row locked elsewhere, say) delays no other job's
+// aborts, and is swept again next time. The error, if any, is the first job's that failed.
 func (s *Service) SweepExpired(ctx context.Context) (int, error) {
 	jobs, err := s.store.ExpiredJobs(ctx)
 	if err != nil {
 		return 0, fmt.Errorf("find expired checkpoints: %w", err)
 	}
-	for _, job := range jobs {
-		err := s.update(ctx, job, 0, func(st *JobState, _ JobTx) error {
-			for _, cp := range st.Mutation.Statuses {
-				s.logger.Info("checkpoint expired", "job", job, "checkpoint", cp.ID, "reason", cp.AbortReason)
+	errs := make([]error, len(jobs))
+	var wg sync.WaitGroup
+	for i, job := range jobs {
+		wg.Go(func() {
+			jobCtx, cancel := context.WithTimeout(ctx, sweepJobTimeout)
+			defer cancel()
+			err := s.update(jobCtx, job, 0, func(st *JobState, _ JobTx) error {
+				for _, cp := range st.Mutation.Statuses {
+					s.logger.Info("checkpoint expired", "job", job, "checkpoint", cp.ID, "reason", cp.AbortReason)
+				}
+				return nil
+			})
+			if err != nil && !errors.Is(err, ErrNotFound) {
+				errs[i] = fmt.Errorf("abort expired checkpoints of %s: %w", job, err)
 			}
-			return nil
 		})
-		if err != nil && !errors.Is(err, ErrNotFound) {
-			return 0, fmt.Errorf("abort expired checkpoints of %s: %w", job, err)
+	}
+	wg.Wait()
+	swept := 0
+	var first error
+	for _, err := range errs {
+		if err == nil {
+			swept++
+		} else if first == nil {
+			first = err
 		}
 	}
-	return len(jobs), nil
+	return swept, first
 }
+
+// sweepJobTimeout bounds the sweep of one job, so that every expired checkpoint of the
+// others is aborted within a second of its deadline (rule 6).
+const sweepJobTimeout = 500 * time.Millisecond
 
 // RunSweeper sweeps expired checkpoints every interval until ctx ends.
 func (s *Service) RunSweeper(ctx context.Context, interval time.Duration) {

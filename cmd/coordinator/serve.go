@@ -44,12 +44,14 @@ func serve(ctx context.Context, cfg config, logger *slog.Logger) error {
 
 	// PROTOCOL.md rule 6: after an outage, expired checkpoints are aborted before new work
 	// is served.
+	// A job that cannot be swept now (its row locked elsewhere) does not keep the others
+	// waiting: the sweeper tries it again, and no vote is counted past a deadline anyway.
 	swept, err := svc.SweepExpired(ctx)
+	if ctx.Err() != nil {
+		return nil
+	}
 	if err != nil {
-		if ctx.Err() != nil {
-			return nil
-		}
-		return fmt.Errorf("abort checkpoints that expired while no coordinator ran: %w", err)
+		logger.Warn("could not abort every checkpoint that expired while no coordinator ran; the sweeper goes on", "error", err)
 	}
 	if swept > 0 {
 		logger.Info("aborted checkpoints that expired while no coordinator ran", "jobs", swept)

@@ -15,6 +15,13 @@ import (
 var ErrClosed = errors.New("store closed")
 
 // Op is one queued update: fn to run on Job's state within a batch.
+//
+// Its life: queued (Submit put it in the queue), claimed (a writer took it for a batch),
+// started (its Fn is running, or ran, in a transaction not yet ended), finished. Until it
+// has started, its caller may give up on it (Submit's context ends): then it is abandoned,
+// and never runs. Once started, the caller's giving up is answered "may have been
+// applied"; if the transaction then fails, the store puts it back to claimed (Unstart), and
+// it starts again only if its caller still waits.
 type Op struct {
 	Ctx context.Context
 	Job string
@@ -23,20 +30,79 @@ type Op struct {
 	Fn         func(coordinator.JobTx) error
 	err        error
 	done       chan struct{}
-	state      atomic.Int32 // queued, taken (by a batch) or abandoned (by Submit)
+	state      atomic.Int32
 }
 
 const (
 	queued int32 = iota
-	taken
-	abandoned
+	claimed
+	started
+	abandoned // given up on, by its caller or by the store (Drop)
+	finished
 )
 
-// Finish answers the update; the store calls it once, after the batch committed (or
-// failed for good).
+// Finish answers the update, after the batch committed (or failed for good). It does
+// nothing if the update was answered already, or its caller gave up on it before it
+// started.
 func (o *Op) Finish(err error) {
+	for {
+		st := o.state.Load()
+		if st == abandoned || st == finished {
+			return
+		}
+		if o.state.CompareAndSwap(st, finished) {
+			o.answer(err)
+			return
+		}
+	}
+}
+
+func (o *Op) answer(err error) {
 	o.err = err
 	close(o.done)
+}
+
+// Start marks a claimed update as running, right before the store runs its Fn. It returns
+// false if the caller has given up on it, or its context has ended (it is answered here):
+// then Fn must not run, and the store drops the update.
+func (o *Op) Start() bool {
+	if o.Ctx.Err() != nil {
+		o.Drop()
+		return false
+	}
+	return o.state.CompareAndSwap(claimed, started)
+}
+
+// Unstart puts an update back to claimed after the transaction it ran in failed (nothing of
+// it was applied), so that its caller may give up on it again before it runs once more.
+func (o *Op) Unstart() {
+	o.state.CompareAndSwap(started, claimed)
+}
+
+// Abandoned reports whether the caller gave up on the update before it started: the store
+// drops it without answering.
+func (o *Op) Abandoned() bool { return o.state.Load() == abandoned }
+
+// Drop gives up on a claimed update whose context has ended, answering it with its
+// context's error unless its caller has already given up on it.
+func (o *Op) Drop() {
+	if o.state.CompareAndSwap(claimed, abandoned) {
+		o.answer(notApplied(o.Ctx.Err()))
+	}
+}
+
+// notApplied is the answer to an update whose caller's context ended before it started.
+func notApplied(cause error) error {
+	return &coordinator.Error{Code: coordinator.CodeUnavailable, Err: cause,
+		Message: "the request timed out before it was applied, and nothing of it was: retry it"}
+}
+
+// mayHaveApplied is the answer to an update whose caller's context ended while the
+// transaction holding it was committing.
+func mayHaveApplied(cause error) error {
+	return &coordinator.Error{Code: coordinator.CodeUnavailable, Err: cause,
+		Message: "the request timed out while its transaction was committing: it may have been applied; " +
+			"retry it (a prepare with the same Idempotency-Key), or read the state"}
 }
 
 // Queue holds updates for one writer.
@@ -51,10 +117,10 @@ func NewQueue(stop <-chan struct{}) *Queue {
 	return &Queue{ops: make(chan *Op, 1024), stop: stop, exited: make(chan struct{})}
 }
 
-// Submit queues an update and waits for its answer. If ctx ends first it returns ctx's
-// error: before a batch took the update, it is never run; after, it may have been applied,
-// as when a client hangs up after sending, and Submit waits for the batch so that Fn never
-// runs after Submit returned.
+// Submit queues an update and waits for its answer. If ctx ends first it returns at once:
+// before the update started, it is never run, and the error says it was not applied;
+// after, the error says it may have been (its transaction is committing). Either error is
+// a coordinator.Error with CodeUnavailable that wraps ctx's error.
 func (q *Queue) Submit(ctx context.Context, job string, checkpoint int64, fn func(coordinator.JobTx) error) error {
 	o := &Op{Ctx: ctx, Job: job, Checkpoint: checkpoint, Fn: fn, done: make(chan struct{})}
 	select {
@@ -65,7 +131,7 @@ func (q *Queue) Submit(ctx context.Context, job string, checkpoint int64, fn fun
 	select {
 	case q.ops <- o:
 	case <-ctx.Done():
-		return ctx.Err()
+		return notApplied(ctx.Err())
 	case <-q.stop:
 		return coordinator.Unavailable(ErrClosed)
 	}
@@ -73,14 +139,15 @@ func (q *Queue) Submit(ctx context.Context, job string, checkpoint int64, fn fun
 	case <-o.done:
 		return o.err
 	case <-ctx.Done():
-		if o.state.CompareAndSwap(queued, abandoned) {
-			return ctx.Err() // no batch will run it
+		if o.state.CompareAndSwap(queued, abandoned) || o.state.CompareAndSwap(claimed, abandoned) {
+			return notApplied(ctx.Err()) // no batch will run it
 		}
-		// A batch runs it now; Fn must not outlive this call, so wait for the batch
-		// (bounded by the store's batch timeout). The outcome is unknown to the caller,
-		// as when a client hangs up after sending.
-		<-o.done
-		return ctx.Err()
+		select {
+		case <-o.done: // answered meanwhile (or dropped by the store, not applied)
+			return o.err
+		default:
+		}
+		return mayHaveApplied(ctx.Err())
 	case <-q.exited:
 		// Queued after the writer's last look: it will never run.
 		select {
@@ -93,7 +160,7 @@ func (q *Queue) Submit(ctx context.Context, job string, checkpoint int64, fn fun
 }
 
 // Next waits for the next batch: the first queued update and whatever else is queued
-// already, up to max, less those whose context ended (answered with its error). It
+// already, up to max, claimed, less those whose context ended (answered as not applied). It
 // returns false once the queue is stopped, after answering what was left in it.
 func (q *Queue) Next(max int) ([]*Op, bool) {
 	for {
@@ -122,14 +189,9 @@ func (q *Queue) Next(max int) ([]*Op, bool) {
 		}
 		live := batch[:0]
 		for _, o := range batch {
-			if !o.state.CompareAndSwap(queued, taken) {
-				continue // abandoned by Submit, which has answered
+			if q.Claim(o) {
+				live = append(live, o)
 			}
-			if err := o.Ctx.Err(); err != nil {
-				o.Finish(err)
-				continue
-			}
-			live = append(live, o)
 		}
 		if len(live) > 0 {
 			return live, true
@@ -146,11 +208,11 @@ func (q *Queue) Arrivals() <-chan *Op { return q.ops }
 // update must be dropped, if its caller abandoned it (and was answered) or its context
 // has ended (and it is answered here with that error).
 func (q *Queue) Claim(o *Op) bool {
-	if !o.state.CompareAndSwap(queued, taken) {
+	if !o.state.CompareAndSwap(queued, claimed) {
 		return false
 	}
-	if err := o.Ctx.Err(); err != nil {
-		o.Finish(err)
+	if o.Ctx.Err() != nil {
+		o.Drop()
 		return false
 	}
 	return true

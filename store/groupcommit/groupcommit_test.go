@@ -3,6 +3,7 @@ package groupcommit
 import (
 	"context"
 	"errors"
+	"strings"
 	"testing"
 	"time"
 
@@ -53,5 +54,74 @@ func TestQueue(t *testing.T) {
 	}
 	if err := q.Submit(context.Background(), "after", 0, nil); !errors.Is(err, coordinator.ErrUnavailable) {
 		t.Fatalf("Submit after stop: %v, want ErrUnavailable", err)
+	}
+}
+
+// A caller that gives up before its update started is told it was not applied, and the
+// update never starts afterwards; one that gives up after is told it may have been; an
+// update whose transaction failed can be given up on again before it starts once more.
+func TestGivingUp(t *testing.T) {
+	stop := make(chan struct{})
+	defer close(stop)
+	q := NewQueue(stop)
+	submit := func(ctx context.Context) (<-chan error, *Op) {
+		errs := make(chan error, 1)
+		go func() { errs <- q.Submit(ctx, "j", 0, nil) }()
+		o := <-q.Arrivals()
+		if !q.Claim(o) {
+			t.Fatal("Claim refused a live update")
+		}
+		return errs, o
+	}
+	message := func(err error) string {
+		var e *coordinator.Error
+		if !errors.As(err, &e) || e.Code != coordinator.CodeUnavailable || !errors.Is(err, context.Canceled) {
+			t.Fatalf("answer %v: want an unavailable coordinator.Error wrapping context.Canceled", err)
+		}
+		return e.Message
+	}
+
+	ctx, cancel := context.WithCancel(context.Background())
+	errs, o := submit(ctx)
+	cancel()
+	if msg := message(<-errs); !strings.Contains(msg, "nothing of it was") {
+		t.Fatalf("gave up while claimed: %q, want not applied", msg)
+	}
+	if o.Start() {
+		t.Fatal("an update whose caller gave up started")
+	}
+
+	ctx, cancel = context.WithCancel(context.Background())
+	errs, o = submit(ctx)
+	if !o.Start() {
+		t.Fatal("a live claimed update did not start")
+	}
+	cancel()
+	if msg := message(<-errs); !strings.Contains(msg, "may have been applied") {
+		t.Fatalf("gave up while started: %q, want may have been applied", msg)
+	}
+	o.Unstart() // its transaction failed
+	if o.Start() {
+		t.Fatal("an update whose caller gave up started again after its transaction failed")
+	}
+	select {
+	case <-o.done:
+	default:
+		t.Fatal("an update not started again was not answered")
+	}
+
+	ctx, cancel = context.WithCancel(context.Background())
+	defer cancel()
+	errs, o = submit(ctx)
+	if !o.Start() {
+		t.Fatal("a live claimed update did not start")
+	}
+	o.Unstart()
+	if !o.Start() {
+		t.Fatal("a live update did not start again after its transaction failed")
+	}
+	o.Finish(nil)
+	if err := <-errs; err != nil {
+		t.Fatalf("Submit = %v, want the batch's nil", err)
 	}
 }

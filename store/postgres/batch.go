@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/twophase/coordinator/coordinator"
 	"github.com/twophase/coordinator/store/groupcommit"
@@ -34,23 +35,38 @@ type batch struct {
 	last      map[string]*jobTx // per job, its latest update in the batch
 	answers   []error           // per update run: its answer once committed
 	decided   [][]*coordinator.Checkpoint
-	recorded  []recorded // the votes and acks the batch recorded
-	lingerEnd time.Time  // how long the batch may wait for followers, once it does
-	stale     *bool      // a cached state's check failed: the transaction is lost
+	recorded  []recorded        // the votes and acks the batch recorded
+	lingerEnd time.Time         // how long the batch may wait for followers, once it does
+	stale     *bool             // a cached state's check failed: the transaction is lost
+	elsewhere map[string]bool   // jobs whose row another transaction holds locked
+	deferred  []*groupcommit.Op // their updates, not run, for the dispatcher to run again
 }
+
+// errDeferred marks, in batch.answers, an update set aside because its job's row is locked
+// elsewhere: it is not answered but handed back to the dispatcher.
+var errDeferred = errors.New("postgres: job locked elsewhere")
+
+// errSkipped marks an update whose caller gave up on it before it started: it did not run
+// and is not answered (groupcommit.Op.Start).
+var errSkipped = errors.New("postgres: update given up on")
+
+// errOutcomeUnknown is a batch whose COMMIT was sent but whose answer did not come: it may
+// have committed. Its updates have been answered so (DESIGN.md, invariant 13).
+var errOutcomeUnknown = errors.New("postgres: commit outcome unknown")
 
 // commit runs the updates in one transaction, with those that join it if join is true,
 // starting cached jobs from their cached state if useCache is true. On success it answers
-// every update and returns nil; on failure it answers none and returns the error, wrapping
-// errStale if a cached state was found stale (invariant 4 of DESIGN.md). Either way it
-// returns the updates it took.
-func (c *committer) commit(ops []*groupcommit.Op, join, useCache bool) (_ []*groupcommit.Op, err error) {
+// every update it ran and returns nil, with the updates it set aside (deferred: their job
+// is locked elsewhere); on failure it answers none and returns the error, wrapping errStale
+// if a cached state was found stale (DESIGN.md, invariant 2), except errOutcomeUnknown, after
+// which every update it ran has been answered. Either way it returns the updates it took.
+func (c *committer) commit(ops []*groupcommit.Op, join, useCache bool) (_, deferred []*groupcommit.Op, err error) {
 	began := time.Now()
 	ctx, cancel := context.WithTimeout(context.Background(), batchTimeout)
 	defer cancel()
 	pooled, err := c.store.pool.Acquire(ctx)
 	if err != nil {
-		return ops, fmt.Errorf("acquire connection: %w", err)
+		return ops, nil, fmt.Errorf("acquire connection: %w", err)
 	}
 	defer func() {
 		// After a failed statement the transaction is aborted: end it, so that the pool
@@ -60,13 +76,11 @@ func (c *committer) commit(ops []*groupcommit.Op, join, useCache bool) (_ []*gro
 		}
 		pooled.Release()
 	}()
-	// b stays on the stack, with the slices and maps it makes (so no closure takes b: the
-	// one that checks a cached state is told where to note a failure, stale).
 	stale := false
 	n := len(ops)
 	b := &batch{c: c, ctx: ctx, conn: pooled.Conn(), queue: &writeQueue{}, join: join, ops: ops, stale: &stale,
 		txs: make([]*jobTx, n), errs: make([]error, n), cached: make([]*jobState, n), estimates: make([]time.Time, n),
-		locked: make(map[string]bool, n), last: make(map[string]*jobTx, n),
+		locked: make(map[string]bool, n), last: make(map[string]*jobTx, n), elsewhere: map[string]bool{},
 		answers: make([]error, 0, n), decided: make([][]*coordinator.Checkpoint, 0, n)}
 	defer func() {
 		// A failed check fails the transaction, and every statement after it: whatever error
@@ -77,12 +91,13 @@ func (c *committer) commit(ops []*groupcommit.Op, join, useCache bool) (_ []*gro
 	}()
 	b.queue.add("begin", "BEGIN")
 	if err := b.start(useCache); err != nil {
-		return b.ops, err
+		return b.ops, nil, err
 	}
 	if err := b.run(); err != nil {
-		return b.ops, err
+		return b.ops, nil, err
 	}
-	return b.ops, b.finish(began)
+	err = b.finish(began)
+	return b.ops, b.deferred, err
 }
 
 func (b *batch) newTx() *jobTx {
@@ -118,9 +133,13 @@ func (b *batch) start(useCache bool) error {
 		b.resumeCached()
 	}
 	for i, o := range b.ops {
-		if b.txs[i] != nil && b.txs[i].job != nil {
+		switch {
+		case b.txs[i] == nil:
+		case b.txs[i].job != nil:
 			b.locked[o.Job] = true
-		} else if b.txs[i] != nil {
+		case b.elsewhere[o.Job]:
+			b.errs[i] = errDeferred
+		default:
 			b.errs[i] = coordinator.ErrNotFound
 		}
 	}
@@ -194,6 +213,15 @@ func (b *batch) begin() error {
 	if err := results.Close(); err != nil {
 		return err
 	}
+	var notLocked []string
+	for i, o := range b.ops {
+		if b.txs[i] != nil && b.txs[i].job == nil {
+			notLocked = append(notLocked, o.Job)
+		}
+	}
+	if err := b.findLockedElsewhere(notLocked...); err != nil {
+		return err
+	}
 	for i, o := range b.ops {
 		if stale[i] {
 			if err := b.txs[i].readState(o.Checkpoint); err != nil {
@@ -212,21 +240,41 @@ func (b *batch) run() error {
 			return nil
 		}
 		o, t := b.ops[i], b.txs[i]
+		if b.elsewhere[o.Job] {
+			b.setAside(o)
+			continue
+		}
 		if t == nil {
 			// An earlier update of the batch took this job's lock (or found it missing).
 			t = b.newTx()
 			if prev := b.last[o.Job]; prev == nil || !prev.handOn(t, o.Checkpoint) {
 				b.errs[i] = t.begin(o.Job, o.Checkpoint, b.locked[o.Job])
 			}
+			if b.errs[i] == coordinator.ErrNotFound && !b.locked[o.Job] {
+				if err := b.findLockedElsewhere(o.Job); err != nil {
+					return err
+				}
+				if b.elsewhere[o.Job] {
+					b.setAside(o)
+					continue
+				}
+			}
 		}
-		if b.errs[i] == coordinator.ErrNotFound {
+		switch {
+		case b.errs[i] == errDeferred:
+			b.setAside(o)
+			continue
+		case b.errs[i] == coordinator.ErrNotFound:
 			b.answers, b.decided = append(b.answers, b.errs[i]), append(b.decided, nil)
 			continue
-		}
-		if b.errs[i] != nil {
+		case b.errs[i] != nil:
 			return b.errs[i]
 		}
 		b.locked[o.Job] = true
+		if !o.Start() {
+			b.answers, b.decided = append(b.answers, errSkipped), append(b.decided, nil)
+			continue
+		}
 		fnErr := o.Fn(t)
 		if fnErr != nil && !coordinator.IsRejection(fnErr) {
 			return fnErr
@@ -235,6 +283,42 @@ func (b *batch) run() error {
 		b.last[o.Job] = t
 		b.recorded = append(b.recorded, t.recorded...)
 	}
+}
+
+// setAside hands an update of a job locked elsewhere back to the dispatcher, unanswered,
+// with every later update of the job in the batch, so that they keep their order.
+func (b *batch) setAside(o *groupcommit.Op) {
+	b.elsewhere[o.Job] = true
+	b.deferred = append(b.deferred, o)
+	b.answers, b.decided = append(b.answers, errDeferred), append(b.decided, nil)
+}
+
+// findLockedElsewhere notes, among jobs whose lock statement found no row to lock, those
+// that exist: another transaction holds their row locked (lockJobSQL skips a locked row
+// rather than wait for it: DESIGN.md, invariant 12).
+func (b *batch) findLockedElsewhere(jobs ...string) error {
+	if len(jobs) == 0 {
+		return nil
+	}
+	results, err := b.queue.send(b.ctx, b.conn, func(q *pgx.Batch) {
+		for _, job := range jobs {
+			q.Queue(jobExistsSQL, job)
+		}
+	})
+	if err != nil {
+		return err
+	}
+	for _, job := range jobs {
+		var exists bool
+		if err := results.QueryRow().Scan(&exists); err != nil {
+			results.Close()
+			return err
+		}
+		if exists {
+			b.elsewhere[job] = true
+		}
+	}
+	return results.Close()
 }
 
 // takeJoiners asks the dispatcher for the updates that came for the batch's jobs, waiting
@@ -247,7 +331,7 @@ func (b *batch) takeJoiners() bool {
 	if len(await) > 0 && b.lingerEnd.IsZero() {
 		b.lingerEnd = time.Now().Add(joinWait)
 	}
-	more := b.c.more(b.ops, await, b.lingerEnd)
+	more := b.c.more(len(b.ops), b.locked, await, b.lingerEnd)
 	if len(more) == 0 {
 		return false
 	}
@@ -268,7 +352,21 @@ func (b *batch) finish(began time.Time) error {
 				b.c.store.broker.Notify(cp.Job, cp.ID)
 			}
 		}
-		return fmt.Errorf("commit: %w", err)
+		var pgErr *pgconn.PgError
+		if errors.As(err, &pgErr) || pgconn.SafeToRetry(err) {
+			// The database refused, or nothing reached it: nothing was committed.
+			return fmt.Errorf("commit: %w", err)
+		}
+		// The connection broke once COMMIT may have reached the database: it may have
+		// committed. Running the updates again could apply one twice (a second checkpoint
+		// for one prepare, an epoch moved by two): each is answered that its outcome is
+		// unknown instead (DESIGN.md, invariant 13).
+		for i, o := range b.ops {
+			if a := b.answers[i]; a != errDeferred && a != errSkipped {
+				o.Finish(outcomeUnknown(err))
+			}
+		}
+		return fmt.Errorf("%w: %w", errOutcomeUnknown, err)
 	}
 	for _, o := range b.ops {
 		if t := b.last[o.Job]; t != nil {
@@ -280,9 +378,18 @@ func (b *batch) finish(began time.Time) error {
 		for _, cp := range b.decided[i] {
 			b.c.store.broker.Publish(cp)
 		}
-		o.Finish(b.answers[i])
+		if a := b.answers[i]; a != errDeferred && a != errSkipped {
+			o.Finish(a)
+		}
 	}
 	return nil
+}
+
+// outcomeUnknown is the answer to an update whose transaction's COMMIT got no answer.
+func outcomeUnknown(cause error) error {
+	return &coordinator.Error{Code: coordinator.CodeUnavailable, Err: cause,
+		Message: "the connection to the database broke while the request's transaction was committing: " +
+			"it may have been applied; retry it (a prepare with the same Idempotency-Key), or read the state"}
 }
 
 // awaited returns the jobs on whose checkpoints the batch recorded a vote (or an ack) and

@@ -2,6 +2,7 @@ package postgres
 
 import (
 	"errors"
+	"fmt"
 	"sync"
 	"time"
 
@@ -25,7 +26,7 @@ func scanLockIfUnchanged(row pgx.Row, now *time.Time) error {
 	err := row.Scan(now, &one)
 	var pgErr *pgconn.PgError
 	if errors.As(err, &pgErr) && pgErr.Code == "22012" {
-		return errStale
+		return fmt.Errorf("%w (%w)", errStale, err) // the database's answer: nothing committed
 	}
 	return err
 }

@@ -63,35 +63,50 @@ func (c *committer) update(ctx context.Context, job string, checkpoint int64, fn
 }
 
 // run commits a batch, or its updates one by one if the batch fails, and returns its
-// updates, with those that joined it.
-func (c *committer) run(batch []*groupcommit.Op) []*groupcommit.Op {
+// updates, with those that joined it, and among them those set aside because their job's
+// row is locked elsewhere (DESIGN.md, invariant 12): the dispatcher runs them again later.
+// A batch whose COMMIT's outcome is unknown is never run again (invariant 13).
+func (c *committer) run(batch []*groupcommit.Op) (ops, deferred []*groupcommit.Op) {
 	slices.SortStableFunc(batch, func(a, b *groupcommit.Op) int { return strings.Compare(a.Job, b.Job) })
-	ops, err := c.commit(batch, true, true)
-	if err == nil {
-		return ops
+	ops, deferred, err := c.commit(batch, true, true)
+	if err == nil || errors.Is(err, errOutcomeUnknown) {
+		return ops, deferred
 	}
-	// The jobs' cached states were taken by the batch, and are not put back: what follows
-	// reads every job under its lock.
+	// Nothing of the batch was applied: its updates may be given up on again before they
+	// run once more (groupcommit.Op.Unstart). The jobs' cached states were taken by the
+	// batch, and are not put back: what follows reads every job under its lock.
+	unstart(ops)
 	if errors.Is(err, errStale) {
 		// Another process changed a cached job: nothing was committed; run the batch again.
 		// Its jobs are not cached for a while: another process is changing them too.
 		for _, o := range ops {
 			c.cache.contended(o.Job)
 		}
-		if _, err = c.commit(ops, false, false); err == nil {
-			return ops
+		if _, deferred, err = c.commit(ops, false, false); err == nil || errors.Is(err, errOutcomeUnknown) {
+			return ops, deferred
 		}
+		unstart(ops)
 	}
+	deferred = nil
 	for _, o := range ops {
+		var d []*groupcommit.Op
 		if len(ops) > 1 {
-			_, err = c.commit([]*groupcommit.Op{o}, false, false)
+			_, d, err = c.commit([]*groupcommit.Op{o}, false, false)
 		}
 		for attempt := 1; retryable(err) && attempt < maxAttempts; attempt++ {
-			_, err = c.commit([]*groupcommit.Op{o}, false, false)
+			o.Unstart()
+			_, d, err = c.commit([]*groupcommit.Op{o}, false, false)
 		}
-		if err != nil {
+		deferred = append(deferred, d...)
+		if err != nil && !errors.Is(err, errOutcomeUnknown) {
 			o.Finish(translate(err))
 		}
 	}
-	return ops
+	return ops, deferred
+}
+
+func unstart(ops []*groupcommit.Op) {
+	for _, o := range ops {
+		o.Unstart()
+	}
 }

@@ -32,15 +32,32 @@ type dispatcher struct {
 	parked   []joinRequest     // join requests held for followers, oldest first
 	linger   *lingerPolicy     // whether they may be held
 	running  int               // batches running
-	finished chan []*groupcommit.Op
+	finished chan batchDone
+	// Jobs whose row was found locked by another transaction: their updates wait until
+	// retry, then run again; the wait doubles while the job stays locked (DESIGN.md,
+	// invariant 12).
+	retry        map[string]time.Time
+	retryBackoff map[string]time.Duration
 }
+
+// batchDone is a batch's end: its updates, and those set aside because their job's row
+// is locked elsewhere.
+type batchDone struct {
+	ops, deferred []*groupcommit.Op
+}
+
+// The wait before an update of a job locked elsewhere runs again: first, and at most.
+const (
+	lockedRetryFirst = 2 * time.Millisecond
+	lockedRetryMax   = 250 * time.Millisecond
+)
 
 // dispatch hands batches to workers until the committer stops, then waits for the batches
 // running and answers what was left as unavailable.
 func (c *committer) dispatch() {
 	defer close(c.done)
 	d := &dispatcher{c: c, busy: map[string]bool{}, linger: newLingerPolicy(time.Now),
-		finished: make(chan []*groupcommit.Op, c.workers)}
+		finished: make(chan batchDone, c.workers), retry: map[string]time.Time{}, retryBackoff: map[string]time.Duration{}}
 	arrivals := c.queue.Arrivals()
 	for {
 		d.startBatches()
@@ -56,11 +73,9 @@ func (c *committer) dispatch() {
 			}
 		case <-d.wake():
 			d.reanswer()
-		case batch := <-d.finished:
+		case done := <-d.finished:
 			d.running--
-			for _, o := range batch {
-				delete(d.busy, o.Job)
-			}
+			d.batchDone(done)
 		case <-c.stop:
 			d.stop()
 			return
@@ -76,7 +91,10 @@ func (d *dispatcher) startBatches() {
 			return
 		}
 		d.running++
-		go func() { d.finished <- d.c.run(batch) }()
+		go func() {
+			ops, deferred := d.c.run(batch)
+			d.finished <- batchDone{ops, deferred}
+		}()
 	}
 }
 
@@ -98,19 +116,59 @@ func (d *dispatcher) take(arrivals <-chan *groupcommit.Op) {
 	}
 }
 
+// batchDone frees a finished batch's jobs, and puts the updates it set aside back first in
+// line, in their order, to run again once their job's wait is over.
+func (d *dispatcher) batchDone(done batchDone) {
+	for _, o := range done.ops {
+		delete(d.busy, o.Job)
+	}
+	if len(done.deferred) == 0 {
+		for _, o := range done.ops {
+			delete(d.retryBackoff, o.Job)
+		}
+		return
+	}
+	now := time.Now()
+	locked := map[string]bool{}
+	var back []*groupcommit.Op
+	for _, o := range done.deferred {
+		if !locked[o.Job] {
+			locked[o.Job] = true
+			wait := min(max(2*d.retryBackoff[o.Job], lockedRetryFirst), lockedRetryMax)
+			d.retryBackoff[o.Job], d.retry[o.Job] = wait, now.Add(wait)
+		}
+		if !o.Abandoned() {
+			back = append(back, o)
+		}
+	}
+	for _, o := range done.ops {
+		if !locked[o.Job] {
+			delete(d.retryBackoff, o.Job)
+		}
+	}
+	d.waiting = append(back, d.waiting...)
+}
+
 // next takes from waiting, in order, up to maxBatch updates whose job is in no running
-// batch, marks their jobs busy and returns them. Updates whose context ended are
-// answered and dropped.
+// batch and not waiting to be retried, marks their jobs busy and returns them. Updates
+// whose caller gave up, or whose context ended, are dropped (and answered).
 func (d *dispatcher) next() []*groupcommit.Op {
 	var batch []*groupcommit.Op
 	inBatch := map[string]bool{}
 	rest := d.waiting[:0]
+	now := time.Now()
+	for job, at := range d.retry {
+		if !now.Before(at) {
+			delete(d.retry, job)
+		}
+	}
 	for _, o := range d.waiting {
+		_, retryLater := d.retry[o.Job]
 		switch {
-		case len(batch) >= d.c.maxBatch || d.busy[o.Job] && !inBatch[o.Job]:
+		case o.Abandoned() || o.Ctx.Err() != nil:
+			o.Drop()
+		case len(batch) >= d.c.maxBatch || retryLater || d.busy[o.Job] && !inBatch[o.Job]:
 			rest = append(rest, o)
-		case o.Ctx.Err() != nil:
-			o.Finish(o.Ctx.Err())
 		default:
 			batch = append(batch, o)
 			inBatch[o.Job] = true
@@ -130,10 +188,10 @@ func (d *dispatcher) answer(req joinRequest) bool {
 	rest := d.waiting[:0]
 	for _, o := range d.waiting {
 		switch {
+		case o.Abandoned() || o.Ctx.Err() != nil:
+			o.Drop()
 		case len(joined) >= req.max || !req.jobs[o.Job]:
 			rest = append(rest, o)
-		case o.Ctx.Err() != nil:
-			o.Finish(o.Ctx.Err())
 		default:
 			joined = append(joined, o)
 		}
@@ -161,16 +219,22 @@ func (d *dispatcher) reanswer() {
 	d.parked = still
 }
 
-// wake fires when the first parked request's time is up; nil (never) when none is parked.
+// wake fires when the first parked request's time is up, or the first wait of a job locked
+// elsewhere is over; nil (never) when there is neither.
 func (d *dispatcher) wake() <-chan time.Time {
-	if len(d.parked) == 0 {
-		return nil
-	}
-	first := d.parked[0].until
-	for _, req := range d.parked[1:] {
-		if req.until.Before(first) {
+	var first time.Time
+	for _, req := range d.parked {
+		if first.IsZero() || req.until.Before(first) {
 			first = req.until
 		}
+	}
+	for _, at := range d.retry {
+		if first.IsZero() || at.Before(first) {
+			first = at
+		}
+	}
+	if first.IsZero() {
+		return nil
 	}
 	return time.After(time.Until(first))
 }
@@ -182,7 +246,10 @@ func (d *dispatcher) stop() {
 		req.reply <- nil
 	}
 	for ; d.running > 0; d.running-- {
-		<-d.finished
+		done := <-d.finished
+		for _, o := range done.deferred {
+			o.Finish(coordinator.Unavailable(groupcommit.ErrClosed))
+		}
 	}
 	for _, o := range d.waiting {
 		o.Finish(coordinator.Unavailable(groupcommit.ErrClosed))
@@ -190,18 +257,14 @@ func (d *dispatcher) stop() {
 	d.c.queue.Drain()
 }
 
-// more returns the updates that came, while the batch ops ran, for the jobs of ops: they
-// join the batch before it commits (their jobs' locks are held already, so no lock is
-// taken out of order), instead of waiting for a transaction of their own.
-func (c *committer) more(ops []*groupcommit.Op, await map[string]bool, until time.Time) []*groupcommit.Op {
-	if len(ops) >= c.maxBatch {
+// more returns the updates that came, while a batch of n updates ran, for jobs (those
+// whose locks the batch holds): they join the batch before it commits (no lock is taken out
+// of order), instead of waiting for a transaction of their own.
+func (c *committer) more(n int, jobs, await map[string]bool, until time.Time) []*groupcommit.Op {
+	if n >= c.maxBatch {
 		return nil
 	}
-	jobs := make(map[string]bool, len(ops))
-	for _, o := range ops {
-		jobs[o.Job] = true
-	}
-	req := joinRequest{jobs: jobs, await: await, until: until, max: c.maxBatch - len(ops), reply: make(chan []*groupcommit.Op, 1)}
+	req := joinRequest{jobs: jobs, await: await, until: until, max: c.maxBatch - n, reply: make(chan []*groupcommit.Op, 1)}
 	select {
 	case c.join <- req:
 		return <-req.reply

@@ -256,12 +256,18 @@ const listenSQL = "LISTEN " + channel
 // schemaVersionSQL reads the schema's version, for readiness.
 const schemaVersionSQL = "SELECT version, dirty FROM schema_migrations"
 
+// lockJobNowSQL locks job $1's row if no other transaction holds it, and returns its name;
+// it returns nothing if the row is locked elsewhere: the statements that lock a job never
+// wait for another transaction (DESIGN.md, invariant 12).
+const lockJobNowSQL = `SELECT l.name FROM jobs l WHERE l.name = $1 FOR UPDATE SKIP LOCKED`
+
 // lockJobSQL locks the job's row, bumps its version and returns it as it stands once the
 // lock is granted, with the clock taken once the lock is held (so that a decision is timed
 // when it is taken), the job's epochs, its preparing checkpoints and checkpoint $2 whatever
 // its status (0: none). The epochs and checkpoints are current only if the version the
 // statement's snapshot saw is the one the lock found (DESIGN.md, invariant 7).
-var lockJobSQL = `UPDATE jobs j SET version = j.version + 1 WHERE j.name = $1 AND NOT j.deleted
+var lockJobSQL = `UPDATE jobs j SET version = j.version + 1
+	WHERE j.name = $1 AND NOT j.deleted AND j.name IN (` + lockJobNowSQL + `)
 	RETURNING ` + jobRowColumns + `, j.version - 1, (SELECT o.version FROM jobs o WHERE o.name = $1), clock_timestamp(),
 	(SELECT coalesce(array_agg(e.participant ORDER BY e.participant), '{}') FROM participant_epochs e WHERE e.job = $1),
 	(SELECT coalesce(array_agg(e.epoch ORDER BY e.participant), '{}') FROM participant_epochs e WHERE e.job = $1),
@@ -310,9 +316,9 @@ const jobCheckpointsSQL = `(` + openCheckpointsSQL + `) c
 // clock; it raises division_by_zero, failing the transaction, if the version changed (or
 // the job was deleted), or if a preparing checkpoint's deadline lies between $3 (the clock
 // the rules use) and the database's clock.
-const lockIfUnchangedSQL = `WITH u AS (
+var lockIfUnchangedSQL = `WITH u AS (
 		UPDATE jobs SET version = version + 1
-		WHERE name = $1 AND version = $2 AND NOT deleted AND NOT EXISTS (
+		WHERE name = $1 AND version = $2 AND NOT deleted AND name IN (` + lockJobNowSQL + `) AND NOT EXISTS (
 			SELECT 1 FROM checkpoints c WHERE c.job = $1 AND c.status = 'preparing'
 			  AND c.deadline BETWEEN least($3::timestamptz, clock_timestamp()) AND greatest($3::timestamptz, clock_timestamp()))
 		RETURNING clock_timestamp() AS now)

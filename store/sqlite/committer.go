@@ -37,6 +37,11 @@ func (s *Store) write() {
 			if err = s.commit(live); !retryable(err) {
 				break
 			}
+			// Nothing of the transaction was applied: its updates may be given up on again
+			// before they run once more.
+			for _, o := range live {
+				o.Unstart()
+			}
 		}
 		if err != nil {
 			for _, o := range live {
@@ -61,6 +66,9 @@ func (s *Store) commit(ops []*groupcommit.Op) error {
 	results := make([]error, len(ops))
 	decided := make([][]*coordinator.Checkpoint, len(ops))
 	for i, o := range ops {
+		if !o.Start() {
+			continue // its caller gave up on it: it must not run, and is answered
+		}
 		if _, err := tx.ExecContext(ctx, savepointSQL); err != nil {
 			return err
 		}

@@ -72,7 +72,8 @@ func newHandler(ssi StrictServerInterface, opts Options) http.Handler {
 }
 
 // operationMiddleware runs once the route is known and its parameters parsed, before the
-// generated code reads the body: it applies the timeout and the strict input check.
+// generated code reads the body: it applies the timeout and the strict input check of the
+// query string and the body.
 func operationMiddleware(opts Options, pw *problemWriter) MiddlewareFunc {
 	return func(next http.Handler) http.Handler {
 		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -80,6 +81,10 @@ func operationMiddleware(opts Options, pw *problemWriter) MiddlewareFunc {
 				ctx, cancel := context.WithTimeout(r.Context(), opts.RequestTimeout+longPoll(r))
 				defer cancel()
 				r = r.WithContext(ctx)
+			}
+			if err := checkQuery(r); err != nil {
+				pw.write(w, r, err)
+				return
 			}
 			body, err := checkBody(w, r, opts.MaxBodyBytes, bodySpecFor(r))
 			if err != nil {

@@ -7,8 +7,10 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"mime"
 	"net/http"
+	"net/url"
 	"reflect"
 	"slices"
 	"strconv"
@@ -49,11 +51,96 @@ var requestBodies = map[string]bodySpec{
 
 // bodySpecFor returns the body spec of the route r was matched to.
 func bodySpecFor(r *http.Request) bodySpec {
-	pattern := ""
+	return requestBodies[r.Method+" "+routePattern(r)]
+}
+
+// routePattern is the chi pattern of the route r was matched to, "" before routing.
+func routePattern(r *http.Request) string {
 	if rctx := chi.RouteContext(r.Context()); rctx != nil {
-		pattern = rctx.RoutePattern()
+		return rctx.RoutePattern()
 	}
-	return requestBodies[r.Method+" "+pattern]
+	return ""
+}
+
+// queryParams names, by method and chi route pattern, the generated parameters type of
+// each operation that declares query parameters in openapi.yaml: the form tags of its
+// fields are their names (its header parameters have none). Every other operation takes
+// no query parameter at all. TestQueryParamsMatchSpec checks this table against
+// openapi.yaml.
+var queryParams = map[string]reflect.Type{
+	"GET /v1/jobs":                        reflect.TypeFor[ListJobsParams](),
+	"GET /v1/jobs/{job}/checkpoints":      reflect.TypeFor[ListCheckpointsParams](),
+	"GET /v1/jobs/{job}/checkpoints/{id}": reflect.TypeFor[GetCheckpointParams](),
+	"GET /v1/checkpoints":                 reflect.TypeFor[ListOpenCheckpointsParams](),
+}
+
+// queryNames is queryParams with the names read out of the types.
+var queryNames = func() map[string][]string {
+	out := make(map[string][]string, len(queryParams))
+	for route, params := range queryParams {
+		out[route] = queryNamesOf(params)
+	}
+	return out
+}()
+
+// queryNamesOf lists the query parameters of a generated parameters type, in the order
+// of openapi.yaml.
+func queryNamesOf(params reflect.Type) []string {
+	var names []string
+	for i := range params.NumField() {
+		if name, _, _ := strings.Cut(params.Field(i).Tag.Get("form"), ","); name != "" {
+			names = append(names, name)
+		}
+	}
+	return names
+}
+
+// checkQuery refuses a query string that does not parse and any query parameter the
+// operation does not declare: the generated code reads the parameters it knows and would
+// ignore the others, so a misspelt limit would silently be the default, and a parameter
+// not (yet) implemented would seem to work. A HEAD request takes what its GET takes.
+func checkQuery(r *http.Request) error {
+	if r.URL.RawQuery == "" {
+		return nil
+	}
+	values, err := url.ParseQuery(r.URL.RawQuery)
+	if err != nil {
+		return &requestError{code: codeInvalidRequest, detail: "the query string does not parse: " + err.Error()}
+	}
+	method := r.Method
+	if method == http.MethodHead {
+		method = http.MethodGet
+	}
+	declared := queryNames[method+" "+routePattern(r)]
+	takes := "which takes none"
+	if len(declared) > 0 {
+		takes = "which takes " + strings.Join(declared, ", ")
+	}
+	var problems fieldProblems
+	for _, name := range slices.Sorted(maps.Keys(values)) {
+		switch {
+		case slices.Contains(declared, name):
+		case name == "":
+			problems.add("query", "has a parameter without a name")
+		default:
+			problems.add(name, "is not a query parameter of this operation, %s%s", takes, queryCaseHint(name, declared))
+		}
+	}
+	if len(problems) > 0 {
+		return invalidFields(problems)
+	}
+	return nil
+}
+
+// queryCaseHint suggests the parameter a misspelt name probably meant, when only the case
+// differs.
+func queryCaseHint(name string, declared []string) string {
+	for _, known := range declared {
+		if strings.EqualFold(known, name) {
+			return fmt.Sprintf(" (names are case-sensitive: did you mean %q?)", known)
+		}
+	}
+	return ""
 }
 
 // checkBody reads r's body (at most max bytes) and checks it against spec: declared as

@@ -5,6 +5,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"net/http"
 	"net/url"
@@ -32,12 +33,14 @@ func (s *server) GetHealthz(context.Context, GetHealthzRequestObject) (GetHealth
 
 func (s *server) GetReadyz(ctx context.Context, _ GetReadyzRequestObject) (GetReadyzResponseObject, error) {
 	if err := s.svc.Ready(ctx); err != nil {
-		// Whatever the cause, not ready is 503, never 500: a load balancer retries.
-		return nil, &coordinator.Error{
-			Code:    coordinator.CodeUnavailable,
-			Message: "not ready: the database does not answer or its schema is not current",
-			Err:     err,
+		// Whatever the cause, not ready is 503, never 500: a load balancer retries. The
+		// store's own message says why (it holds no secret: the cause is only logged).
+		msg := "not ready: the database does not answer, its schema is not current or it cannot be written"
+		var e *coordinator.Error
+		if errors.As(err, &e) && e.Code == coordinator.CodeUnavailable && e.Message != "" {
+			msg = "not ready: " + e.Message
 		}
+		return nil, &coordinator.Error{Code: coordinator.CodeUnavailable, Message: msg, Err: err}
 	}
 	return ok(Health{Status: "ok"}), nil
 }

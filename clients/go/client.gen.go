@@ -471,7 +471,13 @@ type ClientInterface interface {
 
 	// GetReadyz Readiness.
 	//
-	// 200 when the database answers and its schema is current, else 503 `unavailable`.
+	// 200 when the database answers, its schema is current and it can be written, else 503
+	// `unavailable` with a detail that says which. Writability is judged without writing:
+	// on PostgreSQL the database must be no standby in recovery and not read-only by
+	// default (`default_transaction_read_only`); on both stores no write may have failed
+	// for want of storage (a full disk, an I/O error, a read-only database or file) in the
+	// last 30 seconds. It is 200 again 30 seconds after the last such failure, with no
+	// restart; if writes still fail, the next one makes it 503 again.
 	//
 	// Corresponds with GET /readyz (the `GetReadyz` operationId).
 	GetReadyz(ctx context.Context, reqEditors ...RequestEditorFn) (*http.Response, error)
@@ -678,7 +684,13 @@ func (c *Client) GetHealthz(ctx context.Context, reqEditors ...RequestEditorFn) 
 
 // GetReadyz Readiness.
 //
-// 200 when the database answers and its schema is current, else 503 `unavailable`.
+// 200 when the database answers, its schema is current and it can be written, else 503
+// `unavailable` with a detail that says which. Writability is judged without writing:
+// on PostgreSQL the database must be no standby in recovery and not read-only by
+// default (`default_transaction_read_only`); on both stores no write may have failed
+// for want of storage (a full disk, an I/O error, a read-only database or file) in the
+// last 30 seconds. It is 200 again 30 seconds after the last such failure, with no
+// restart; if writes still fail, the next one makes it 503 again.
 //
 // Corresponds with GET /readyz (the `GetReadyz` operationId).
 func (c *Client) GetReadyz(ctx context.Context, reqEditors ...RequestEditorFn) (*http.Response, error) {
@@ -1947,7 +1959,13 @@ type ClientWithResponsesInterface interface {
 
 	// GetReadyzWithResponse Readiness.
 	//
-	// 200 when the database answers and its schema is current, else 503 `unavailable`.
+	// 200 when the database answers, its schema is current and it can be written, else 503
+	// `unavailable` with a detail that says which. Writability is judged without writing:
+	// on PostgreSQL the database must be no standby in recovery and not read-only by
+	// default (`default_transaction_read_only`); on both stores no write may have failed
+	// for want of storage (a full disk, an I/O error, a read-only database or file) in the
+	// last 30 seconds. It is 200 again 30 seconds after the last such failure, with no
+	// restart; if writes still fail, the next one makes it 503 again.
 	//
 	// Returns a wrapper object for the known response body format(s).
 	//
@@ -3052,7 +3070,13 @@ func (c *ClientWithResponses) GetHealthzWithResponse(ctx context.Context, reqEdi
 
 // GetReadyzWithResponse Readiness.
 //
-// 200 when the database answers and its schema is current, else 503 `unavailable`.
+// 200 when the database answers, its schema is current and it can be written, else 503
+// `unavailable` with a detail that says which. Writability is judged without writing:
+// on PostgreSQL the database must be no standby in recovery and not read-only by
+// default (`default_transaction_read_only`); on both stores no write may have failed
+// for want of storage (a full disk, an I/O error, a read-only database or file) in the
+// last 30 seconds. It is 200 again 30 seconds after the last such failure, with no
+// restart; if writes still fail, the next one makes it 503 again.
 //
 // Returns a wrapper object for the known response body format(s).
 //

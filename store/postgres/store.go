@@ -46,7 +46,8 @@ type Store struct {
 	broker    coordinator.Broker
 	cancel    context.CancelFunc
 	listened  chan struct{}
-	origin    string // this process's name in announcements
+	origin    string      // this process's name in announcements
+	health    writeHealth // what the writes met, for Ready
 }
 
 var _ coordinator.Store = (*Store)(nil)
@@ -182,7 +183,16 @@ func (s *Store) Subscribe(job string, id int64) *coordinator.Subscription {
 	return s.broker.Subscribe(job, id)
 }
 
-// Ready implements coordinator.Store: the database answers and the schema is current.
+// readOnlySQL reads whether the database refuses writes: a standby in recovery, or
+// transactions read-only by default (default_transaction_read_only, which a standby also
+// shows as on).
+const readOnlySQL = "SELECT pg_is_in_recovery(), current_setting('transaction_read_only') = 'on'"
+
+// Ready implements coordinator.Store: the database answers, the schema is current, the
+// database accepts writes (it is no standby, its transactions are not read-only by
+// default) and no write failed for want of storage or on a read-only database in the last
+// writeFailureHold (see writeHealth). It writes nothing itself. Otherwise it returns an
+// error wrapping coordinator.ErrUnavailable whose message says which.
 func (s *Store) Ready(ctx context.Context) error {
 	var version int64
 	var dirty bool
@@ -191,14 +201,36 @@ func (s *Store) Ready(ctx context.Context) error {
 		return translate(fmt.Errorf("read schema version: %w", err))
 	}
 	if dirty || uint(version) != SchemaVersion {
-		return coordinator.Unavailable(fmt.Errorf("schema version %d (dirty %v), want %d", version, dirty, SchemaVersion))
+		note := ""
+		if dirty {
+			note = " (dirty: a migration failed half-way)"
+		}
+		return &coordinator.Error{Code: coordinator.CodeUnavailable,
+			Message: fmt.Sprintf("the schema is at version %d%s, this build needs %d", version, note, SchemaVersion),
+			Err:     fmt.Errorf("schema version %d (dirty %v), want %d", version, dirty, SchemaVersion)}
 	}
-	return nil
+	var recovery, readOnly bool
+	if err := s.pool.QueryRow(ctx, readOnlySQL).Scan(&recovery, &readOnly); err != nil {
+		return translate(fmt.Errorf("read whether the database is read-only: %w", err))
+	}
+	switch {
+	case recovery:
+		return &coordinator.Error{Code: coordinator.CodeUnavailable,
+			Message: "the database cannot be written: it is a standby in recovery (pg_is_in_recovery)",
+			Err:     errors.New("pg_is_in_recovery() is true")}
+	case readOnly:
+		return &coordinator.Error{Code: coordinator.CodeUnavailable,
+			Message: "the database cannot be written: its transactions are read-only (default_transaction_read_only)",
+			Err:     errors.New("transaction_read_only is on")}
+	}
+	return s.health.check()
 }
 
 // Update implements coordinator.Store. Updates are group-committed: see committer.
 func (s *Store) Update(ctx context.Context, job string, checkpoint int64, fn func(tx coordinator.JobTx) error) error {
-	return s.committer.update(ctx, job, checkpoint, fn)
+	err := s.committer.update(ctx, job, checkpoint, fn)
+	s.health.note(err)
+	return err
 }
 
 // View implements coordinator.Store.
@@ -253,6 +285,7 @@ func (s *Store) PutJob(ctx context.Context, name string, cfg coordinator.JobConf
 		job, err = getJob(ctx, tx, name)
 		return err
 	})
+	s.health.note(err)
 	// Its version changed: what the committer cached of it is stale.
 	s.committer.cache.forget(name)
 	if err != nil {

@@ -79,7 +79,10 @@ func (s *Store) commit(ops []*groupcommit.Op) error {
 		}
 		if err != nil && !coordinator.IsRejection(err) {
 			if _, rbErr := tx.ExecContext(ctx, rollbackToSavepointSQL); rbErr != nil {
-				return rbErr
+				// After some errors (a full disk, an I/O error) SQLite has rolled the whole
+				// transaction back itself, savepoint and all: nothing of the batch is
+				// applied, and the update's own error says why.
+				return fmt.Errorf("%w (then rolling back to its savepoint: %w)", err, rbErr)
 			}
 			t.decided = nil
 		}

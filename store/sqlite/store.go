@@ -80,6 +80,7 @@ type Store struct {
 	queue   *groupcommit.Queue // updates for the writer (committer.go)
 	stop    chan struct{}      // closed by Close
 	written chan struct{}      // closed when the writer has stopped
+	health  writeHealth        // what the writes met, for Ready
 
 	closeOnce sync.Once
 	closed    atomic.Bool
@@ -277,7 +278,10 @@ func (s *Store) Subscribe(job string, id int64) *coordinator.Subscription {
 	return s.broker.Subscribe(job, id)
 }
 
-// Ready implements coordinator.Store: the database answers and its schema is current.
+// Ready implements coordinator.Store: the database answers, its schema is current and
+// no write failed for want of storage (a full disk, an I/O error, a read-only or corrupt
+// file) in the last writeFailureHold. It writes nothing itself. Otherwise it returns an
+// error wrapping coordinator.ErrUnavailable whose message says which, without a path.
 func (s *Store) Ready(ctx context.Context) error {
 	if err := s.checkOpen(); err != nil {
 		return err
@@ -287,9 +291,11 @@ func (s *Store) Ready(ctx context.Context) error {
 		return translate(fmt.Errorf("read schema version: %w", err))
 	}
 	if dirty || version != SchemaVersion {
-		return coordinator.Unavailable(fmt.Errorf("schema version %d (dirty %v), want %d", version, dirty, SchemaVersion))
+		return &coordinator.Error{Code: coordinator.CodeUnavailable,
+			Message: fmt.Sprintf("the schema is at version %d%s, this build needs %d", version, dirtyNote(dirty), SchemaVersion),
+			Err:     ErrSchemaVersion}
 	}
-	return nil
+	return s.health.check()
 }
 
 // maxAttempts bounds how often a transaction that met SQLITE_BUSY is run again.
@@ -300,7 +306,9 @@ func (s *Store) Update(ctx context.Context, job string, checkpoint int64, fn fun
 	if err := s.checkOpen(); err != nil {
 		return err
 	}
-	return s.update(ctx, job, checkpoint, fn)
+	err := s.update(ctx, job, checkpoint, fn)
+	s.health.note(err)
+	return err
 }
 
 // GetCheckpoint implements coordinator.Store, in a read transaction.
@@ -381,6 +389,7 @@ func (s *Store) PutJob(ctx context.Context, name string, cfg coordinator.JobConf
 		job, err = getJob(ctx, tx, name)
 		return err
 	})
+	s.health.note(err)
 	if err != nil {
 		return nil, false, translate(fmt.Errorf("put job %s: %w", name, err))
 	}

@@ -16,6 +16,9 @@
 //	cluster.Crash()                                    // pg_ctl stop -m immediate
 //	cluster.Start()
 //
+// StartPGProxy puts a TCP proxy between a coordinator and the cluster that can lose the
+// answer to one COMMIT (PGProxy.ArmCommitLoss), for the tests of an unknown commit outcome.
+//
 // Everything listens on 127.0.0.1 only. Every process is stopped by t.Cleanup, also when
 // the test fails, and is killed by the kernel (PR_SET_PDEATHSIG) if the test binary itself
 // dies. When a test fails, the tail of each process's log is written to the test's log.

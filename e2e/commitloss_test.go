@@ -34,7 +34,6 @@ var (
 // opened, or one epoch moved, by it; or says it was not applied, and nothing was. Then the
 // coordinator's other connections, its LISTEN connection included, still work.
 func TestCommitOutcomeUnknown(t *testing.T) {
-	requireStoreFaultFixes(t)
 	t.Parallel()
 	cluster := harness.StartCluster(t)
 	dbURL := cluster.NewDatabase(t)

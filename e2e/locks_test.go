@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
-	"os"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -25,15 +24,6 @@ import (
 // speed: each asserts an order (a round completes while a lock is still held, a 503 comes
 // before the lock is released, a write does not appear after its 503), with generous caps
 // that only keep a failing test from hanging.
-
-// requireStoreFaultFixes skips t unless COORDINATOR_E2E_STORE_FAULTS=1: the store's fixes
-// for these faults have not landed yet, and the tests fail without them.
-func requireStoreFaultFixes(t *testing.T) {
-	t.Helper()
-	if os.Getenv("COORDINATOR_E2E_STORE_FAULTS") != "1" {
-		t.Skip("store fault fixes not landed (COORDINATOR_E2E_STORE_FAULTS=1 runs this test)")
-	}
-}
 
 // longAPI is an api on coord whose requests may wait up to two minutes for an answer
 // (the harness's client gives up after 30 s): the requests these tests send to a locked job
@@ -225,7 +215,6 @@ type heldAnswer struct {
 // jobs are answered (success, or 503 if their --request-timeout passed) and the state
 // agrees with the answers.
 func TestLockedJobsDelayNoOtherJob(t *testing.T) {
-	requireStoreFaultFixes(t)
 	t.Parallel()
 	cluster := harness.StartCluster(t)
 	dbURL := cluster.NewDatabase(t)
@@ -462,7 +451,6 @@ func checkHeldRegister(t *testing.T, db *storeDB, job, p string, old int64, ans 
 // appear: a 503 says that its request was not applied, or that it may have been (then
 // either outcome is accepted, and reported).
 func TestLockedJobRequestTimeout(t *testing.T) {
-	requireStoreFaultFixes(t)
 	t.Parallel()
 	cluster := harness.StartCluster(t)
 	dbURL := cluster.NewDatabase(t)
@@ -574,7 +562,6 @@ hold:
 // second; the check allows 10 s, and only asserts that it happens while the lock is held).
 // Once the lock is released, the locked job's expired checkpoint is aborted too.
 func TestLockedJobDelaysNoDeadline(t *testing.T) {
-	requireStoreFaultFixes(t)
 	t.Parallel()
 	cluster := harness.StartCluster(t)
 	dbURL := cluster.NewDatabase(t)

@@ -76,9 +76,11 @@ func (c *committer) run(batch []*groupcommit.Op) (ops, deferred []*groupcommit.O
 	// run once more (groupcommit.Op.Unstart). The jobs' cached states were taken by the
 	// batch, and are not put back: what follows reads every job under its lock.
 	unstart(ops)
-	if errors.Is(err, errStale) {
-		// Another process changed a cached job: nothing was committed; run the batch again.
-		// Its jobs are not cached for a while: another process is changing them too.
+	if errors.Is(err, errStale) || lockTimedOut(err) {
+		// Another process changed a cached job, or holds one's row locked (checking a cached
+		// state waits for the lock, up to lock_timeout): nothing was committed; run the batch
+		// again, reading every job under its lock, which skips a job locked elsewhere. Its
+		// jobs are not cached for a while: another process is changing them too.
 		for _, o := range ops {
 			c.cache.contended(o.Job)
 		}

@@ -28,7 +28,18 @@ func translate(err error) error {
 	if _, ok := storageFailure(err); ok {
 		return coordinator.Unavailable(err)
 	}
+	if lockTimedOut(err) {
+		return &coordinator.Error{Code: coordinator.CodeUnavailable, Err: err,
+			Message: "a row the request needs is locked by another transaction; nothing of it was applied: retry it"}
+	}
 	return err
+}
+
+// lockTimedOut reports whether err is a statement that waited for a lock longer than
+// lock_timeout: its transaction was rolled back.
+func lockTimedOut(err error) bool {
+	var pgErr *pgconn.PgError
+	return errors.As(err, &pgErr) && pgErr.Code == "55P03"
 }
 
 // unreachable reports whether err means the database cannot be reached or is going away.

@@ -178,3 +178,53 @@ func TestSweepGoesPastALockedJob(t *testing.T) {
 		t.Errorf("the locked job's checkpoint is %s after the release and a sweep, want aborted", st)
 	}
 }
+
+// A row locked by hand that is not a job's (a checkpoint participant's) fails the update
+// that needs it after lock_timeout, answered unavailable with nothing applied, and holds no
+// other job's update.
+func TestLockedCheckpointRowFailsTheUpdateAlone(t *testing.T) {
+	t.Parallel()
+	stores, url := openStoresURL(t, 1)
+	s := coordinator.NewService(stores[0], nil)
+	for _, job := range []string{"held", "free"} {
+		putJob(t, s, job, time.Hour)
+	}
+	pending, err := s.Register(t.Context(), "held", "pa")
+	if err != nil {
+		t.Fatal(err)
+	}
+	cp, _, err := s.Prepare(t.Context(), "held", coordinator.PrepareRequest{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	conn, err := pgx.Connect(t.Context(), url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(context.Background())
+	tx, err := conn.Begin(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tx.Rollback(context.Background()) //nolint:errcheck
+	if _, err := tx.Exec(t.Context(), "SELECT 1 FROM checkpoint_participants WHERE job = 'held' FOR UPDATE"); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
+	defer cancel()
+	_, err = s.Vote(ctx, "held", cp.ID, "pa", coordinator.Vote{Epoch: pending.Epoch, Kind: coordinator.VotePrepared})
+	unavailableSaying(t, "a vote whose participant row is locked elsewhere", err, "locked by another transaction")
+	if _, err := s.Register(ctx, "free", "pa"); err != nil {
+		t.Fatalf("another job while a checkpoint row is locked: %v", err)
+	}
+	if err := tx.Rollback(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	got, err := s.GetCheckpoint(t.Context(), "held", cp.ID, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if v := got.Participant("pa").Vote; v != "" {
+		t.Fatalf("the vote answered unavailable was recorded: %q", v)
+	}
+}

@@ -257,8 +257,8 @@ const listenSQL = "LISTEN " + channel
 const schemaVersionSQL = "SELECT version, dirty FROM schema_migrations"
 
 // lockJobNowSQL locks job $1's row if no other transaction holds it, and returns its name;
-// it returns nothing if the row is locked elsewhere: the statements that lock a job never
-// wait for another transaction (DESIGN.md, invariant 12).
+// it returns nothing if the row is locked elsewhere: lockJobSQL never waits for another
+// transaction (DESIGN.md, invariant 12).
 const lockJobNowSQL = `SELECT l.name FROM jobs l WHERE l.name = $1 FOR UPDATE SKIP LOCKED`
 
 // lockJobSQL locks the job's row, bumps its version and returns it as it stands once the
@@ -318,7 +318,7 @@ const jobCheckpointsSQL = `(` + openCheckpointsSQL + `) c
 // the rules use) and the database's clock.
 var lockIfUnchangedSQL = `WITH u AS (
 		UPDATE jobs SET version = version + 1
-		WHERE name = $1 AND version = $2 AND NOT deleted AND name IN (` + lockJobNowSQL + `) AND NOT EXISTS (
+		WHERE name = $1 AND version = $2 AND NOT deleted AND NOT EXISTS (
 			SELECT 1 FROM checkpoints c WHERE c.job = $1 AND c.status = 'preparing'
 			  AND c.deadline BETWEEN least($3::timestamptz, clock_timestamp()) AND greatest($3::timestamptz, clock_timestamp()))
 		RETURNING clock_timestamp() AS now)

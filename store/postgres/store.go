@@ -24,6 +24,11 @@ import (
 // origin names the process that decided, which wakes its own waiters itself (Publish).
 const channel = "coordinator_decisions"
 
+// lockTimeout bounds every lock wait of the store's connections (PostgreSQL's lock_timeout,
+// unless the database URL sets one): a statement that would wait longer for a lock another
+// transaction holds fails instead (DESIGN.md, invariant 12).
+const lockTimeout = "50ms"
+
 // Options tune the store.
 type Options struct {
 	// MaxConns bounds the pool (default: pgxpool's, 4 or the number of CPUs).
@@ -61,6 +66,9 @@ func Open(ctx context.Context, url string, opts Options) (*Store, error) {
 	}
 	if opts.MaxConns > 0 {
 		cfg.MaxConns = opts.MaxConns
+	}
+	if _, set := cfg.ConnConfig.RuntimeParams["lock_timeout"]; !set {
+		cfg.ConnConfig.RuntimeParams["lock_timeout"] = lockTimeout
 	}
 	if opts.Logger == nil {
 		opts.Logger = slog.New(slog.DiscardHandler)

@@ -30,6 +30,7 @@ type config struct {
 	debugListen     string
 	logFormat       string
 	logLevel        slog.Level
+	yes             bool // migrate down: the operator confirmed that every table goes
 }
 
 // envPrefix starts every environment twin. Variables with it that no setting knows are
@@ -60,6 +61,10 @@ func define(command string, cfg *config) *cli.Settings {
 	fs.StringVar(&cfg.dataDir, "data-dir", "./coordinator-data",
 		"`directory` of the embedded store, used when no --database-url is given. Only one coordinator process may use a data directory")
 	s.Twin("data-dir", "COORDINATOR_DATA_DIR")
+	if command == "migrate" {
+		fs.BoolVar(&cfg.yes, "yes", false,
+			"confirm 'migrate down', which drops every table of the coordinator and all its data (without it, down refuses)")
+	}
 	if command == "serve" {
 		fs.BoolVar(&cfg.migrate, "migrate", true,
 			"apply pending schema migrations at start-up (false: refuse to start on an old schema; run 'coordinator migrate up')")

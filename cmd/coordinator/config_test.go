@@ -3,10 +3,13 @@ package main
 import (
 	"bytes"
 	"context"
+	"fmt"
 	"log/slog"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/twophase/coordinator/store/sqlite"
 )
 
 func parseServe(t *testing.T, args, environ []string) (config, error) {
@@ -214,5 +217,30 @@ func TestExitStatuses(t *testing.T) {
 				t.Errorf("exit %d, stderr %q; want exit %d and %q", code, stderr.String(), tt.code, tt.stderr)
 			}
 		})
+	}
+}
+
+// migrate down drops everything: without --yes it refuses, and the schema stays; with it,
+// it reverts every migration.
+func TestMigrateDownAsksForYes(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	migrateCmd := func(args ...string) (int, string, string) {
+		var stdout, stderr bytes.Buffer
+		code := run(context.Background(), append([]string{"migrate"}, append(args, "--data-dir", dir)...), nil, &stdout, &stderr)
+		return code, stdout.String(), stderr.String()
+	}
+	if code, _, stderr := migrateCmd("up"); code != exitOK {
+		t.Fatalf("migrate up: exit %d, %s", code, stderr)
+	}
+	code, _, stderr := migrateCmd("down")
+	if code != exitUsage || !strings.Contains(stderr, "--yes") {
+		t.Fatalf("migrate down without --yes: exit %d, stderr %q; want exit %d naming --yes", code, stderr, exitUsage)
+	}
+	if code, stdout, _ := migrateCmd("version"); code != exitOK || !strings.Contains(stdout, fmt.Sprintf("schema version %d ", sqlite.SchemaVersion)) {
+		t.Fatalf("after a refused down: exit %d, %q; want schema version %d", code, stdout, sqlite.SchemaVersion)
+	}
+	if code, stdout, stderr := migrateCmd("down", "--yes"); code != exitOK || !strings.Contains(stdout, "schema version 0") {
+		t.Fatalf("migrate down --yes: exit %d, %q, %s; want schema version 0", code, stdout, stderr)
 	}
 }

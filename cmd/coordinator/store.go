@@ -111,6 +111,10 @@ func migrateCommand(action string, cfg config, w io.Writer) error {
 			return fmt.Errorf("migrate up: %w", err)
 		}
 	case "down":
+		if !cfg.yes {
+			return usageError(errors.New("migrate down drops every table of the coordinator and all its data: " +
+				"run it again with --yes to do so"))
+		}
 		if err := m.down(); err != nil {
 			return fmt.Errorf("migrate down: %w", err)
 		}

@@ -1,16 +1,20 @@
 package postgres
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"io/fs"
 	"net/url"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/golang-migrate/migrate/v4"
 	_ "github.com/golang-migrate/migrate/v4/database/pgx/v5" // the pgx5:// driver
 	"github.com/golang-migrate/migrate/v4/source/iofs"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/twophase/coordinator/migrations"
 )
@@ -41,16 +45,25 @@ func newMigrate(databaseURL string) (*migrate.Migrate, error) {
 	if err != nil {
 		return nil, fmt.Errorf("read embedded migrations: %w", err)
 	}
-	u, err := url.Parse(databaseURL)
-	if err != nil || (u.Scheme != "postgres" && u.Scheme != "postgresql") {
-		return nil, fmt.Errorf("database URL must be a postgres:// URL")
+	u, err := newMigrateURL(databaseURL)
+	if err != nil {
+		return nil, err
 	}
-	u.Scheme = "pgx5"
-	m, err := migrate.NewWithSourceInstance("iofs", src, u.String())
+	m, err := migrate.NewWithSourceInstance("iofs", src, u)
 	if err != nil {
 		return nil, fmt.Errorf("connect for migrations: %w", err)
 	}
 	return m, nil
+}
+
+// newMigrateURL is golang-migrate's URL for a postgres:// one.
+func newMigrateURL(databaseURL string) (string, error) {
+	u, err := url.Parse(databaseURL)
+	if err != nil || (u.Scheme != "postgres" && u.Scheme != "postgresql") {
+		return "", fmt.Errorf("database URL must be a postgres:// URL")
+	}
+	u.Scheme = "pgx5"
+	return u.String(), nil
 }
 
 func closeMigrate(m *migrate.Migrate, err error) error {
@@ -86,15 +99,29 @@ func MigrateDown(databaseURL string) error {
 }
 
 // MigrationVersion reports the schema's current version (0 when none is applied) and
-// whether a migration failed half-way (dirty).
+// whether a migration failed half-way (dirty). It only reads: on a database never migrated,
+// it creates nothing.
 func MigrationVersion(databaseURL string) (version uint, dirty bool, err error) {
-	m, err := newMigrate(databaseURL)
-	if err != nil {
+	if _, err := newMigrateURL(databaseURL); err != nil {
 		return 0, false, err
 	}
-	version, dirty, err = m.Version()
-	if errors.Is(err, migrate.ErrNilVersion) {
-		version, dirty, err = 0, false, nil
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	conn, err := pgx.Connect(ctx, databaseURL)
+	if err != nil {
+		return 0, false, translate(fmt.Errorf("connect: %w", err))
 	}
-	return version, dirty, closeMigrate(m, err)
+	defer conn.Close(context.Background())
+	var v int64
+	err = conn.QueryRow(ctx, schemaVersionSQL).Scan(&v, &dirty)
+	var pgErr *pgconn.PgError
+	switch {
+	case errors.Is(err, pgx.ErrNoRows), errors.As(err, &pgErr) && pgErr.Code == "42P01": // no version, no table
+		return 0, false, nil
+	case err != nil:
+		return 0, false, translate(err)
+	case v < 0:
+		return 0, dirty, nil
+	}
+	return uint(v), dirty, nil
 }

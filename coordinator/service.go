@@ -14,6 +14,9 @@ import (
 type Service struct {
 	store  Store
 	logger *slog.Logger
+	// closing is closed by EndWaits: long-polls answer at once from then on.
+	closing   chan struct{}
+	closeOnce sync.Once
 }
 
 // NewService returns a Service on store. A nil logger discards.
@@ -21,7 +24,15 @@ func NewService(store Store, logger *slog.Logger) *Service {
 	if logger == nil {
 		logger = slog.New(slog.DiscardHandler)
 	}
-	return &Service{store: store, logger: logger}
+	return &Service{store: store, logger: logger, closing: make(chan struct{})}
+}
+
+// EndWaits answers every long-poll waiting now, and every one that comes later, at once
+// with the checkpoint as it stands, as at the end of its wait: a coordinator shutting down
+// calls it before it finishes the requests in flight, so that no waiter is cut off without
+// an answer.
+func (s *Service) EndWaits() {
+	s.closeOnce.Do(func() { close(s.closing) })
 }
 
 // Ready reports whether the store can serve.
@@ -251,7 +262,7 @@ func (s *Service) GetCheckpoint(ctx context.Context, job string, id int64, wait 
 		f.add("wait_ms", "must be from 0 to %d", MaxLongPoll.Milliseconds())
 		return nil, f.err()
 	}
-	if wait == 0 {
+	if wait == 0 || s.waitsEnded() {
 		return s.readCheckpoint(ctx, job, id)
 	}
 	timer := time.NewTimer(wait)
@@ -280,10 +291,22 @@ func (s *Service) GetCheckpoint(ctx context.Context, job string, id int64, wait 
 		case <-timer.C:
 			sub.Cancel()
 			return s.readCheckpoint(ctx, job, id)
+		case <-s.closing:
+			sub.Cancel()
+			return s.readCheckpoint(ctx, job, id)
 		case <-ctx.Done():
 			sub.Cancel()
 			return nil, ctx.Err()
 		}
+	}
+}
+
+func (s *Service) waitsEnded() bool {
+	select {
+	case <-s.closing:
+		return true
+	default:
+		return false
 	}
 }
 

@@ -42,7 +42,7 @@ func serve(ctx context.Context, cfg config, logger *slog.Logger) error {
 	}()
 	svc := coordinator.NewService(store, logger)
 
-	// PROTOCOL.md rule 6: after an outage, expired checkpoints are aborted before new work
+	// Rule 6 of docs/protocol.md: after an outage, expired checkpoints are aborted before new work
 	// is served.
 	// A job that cannot be swept now (its row locked elsewhere) does not keep the others
 	// waiting: the sweeper tries it again, and no vote is counted past a deadline anyway.
@@ -105,6 +105,9 @@ func serve(ctx context.Context, cfg config, logger *slog.Logger) error {
 	}
 
 	logger.Info("shutting down: finishing in-flight requests", "timeout", cfg.shutdownTimeout.String())
+	// Long-polls answer now, with the checkpoint as it stands, rather than hold the
+	// shutdown until their wait ends.
+	svc.EndWaits()
 	shutdownCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cfg.shutdownTimeout)
 	defer cancel()
 	if err := srv.Shutdown(shutdownCtx); err != nil {

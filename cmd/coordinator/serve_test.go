@@ -5,6 +5,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"io"
 	"net/http"
 	"strings"
@@ -122,17 +123,27 @@ func TestServeSweepsBeforeListeningAndShutsDownCleanly(t *testing.T) {
 	get(t, base+"/healthz", http.StatusOK, nil)
 	get(t, base+"/readyz", http.StatusOK, nil)
 
-	// SIGTERM while a long-poll waits: the server stops accepting, and exits 0 once the
-	// shutdown timeout (1s) has cut the wait short.
+	// SIGTERM while a long-poll waits: the long-poll is answered at once with the
+	// checkpoint as it stands, the server stops accepting, and exits 0 without the shutdown
+	// timeout having to cut anything.
 	send(t, http.MethodPut, base+"/v1/jobs/orders", `{"participants":["sink-a"]}`, http.StatusOK)
 	send(t, http.MethodPost, base+"/v1/jobs/orders/checkpoints", "", http.StatusCreated)
 	polling := make(chan struct{})
+	answered := make(chan string, 1)
 	go func() {
 		close(polling)
 		resp, err := http.Get(base + "/v1/jobs/orders/checkpoints/2?wait_ms=60000")
-		if err == nil {
-			resp.Body.Close()
+		if err != nil {
+			answered <- "no answer: " + err.Error()
+			return
 		}
+		defer resp.Body.Close()
+		var cp struct{ Status string }
+		if err := json.NewDecoder(resp.Body).Decode(&cp); err != nil {
+			answered <- fmt.Sprintf("%d with a body that is not a checkpoint: %v", resp.StatusCode, err)
+			return
+		}
+		answered <- fmt.Sprintf("%d %s", resp.StatusCode, cp.Status)
 	}()
 	<-polling
 	time.Sleep(200 * time.Millisecond)
@@ -148,6 +159,14 @@ func TestServeSweepsBeforeListeningAndShutsDownCleanly(t *testing.T) {
 	}
 	if took := time.Since(stopped); took > 10*time.Second {
 		t.Errorf("shutdown took %s with a 1s shutdown timeout", took)
+	}
+	if got := <-answered; got != "200 preparing" {
+		t.Errorf("the long-poll waiting at shutdown got %s, want 200 with the checkpoint preparing", got)
+	}
+	for _, line := range logs.lines(t) {
+		if msg, _ := line["msg"].(string); strings.HasPrefix(msg, "shutdown timeout passed") {
+			t.Errorf("the shutdown timeout cut requests short: a long-poll held the shutdown; log:\n%s", logs.buf.String())
+		}
 	}
 	if _, err := http.Get(base + "/healthz"); err == nil {
 		t.Errorf("coordinator still accepts requests after shutdown")

@@ -187,9 +187,14 @@ func accessLog(logger *slog.Logger) func(http.Handler) http.Handler {
 				if status == 0 {
 					status = http.StatusOK
 				}
+				// Reads are the bulk of the traffic (long-polls, pending, probes): logged at
+				// debug unless they fail; changes at info.
 				level := slog.LevelInfo
-				if status >= 500 {
+				switch {
+				case status >= 500:
 					level = slog.LevelError
+				case (r.Method == http.MethodGet || r.Method == http.MethodHead) && status < 400:
+					level = slog.LevelDebug
 				}
 				logger.LogAttrs(r.Context(), level, "request",
 					slog.String("method", r.Method),

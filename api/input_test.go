@@ -344,17 +344,11 @@ func TestRequestID(t *testing.T) {
 	}
 }
 
+// One line per request, with its method, path, status, duration, request id and size: at
+// info for a change, at debug for a read that succeeded (the bulk of the traffic: probes,
+// long-polls), so an info log shows what changed.
 func TestAccessLog(t *testing.T) {
 	t.Parallel()
-	var logs bytes.Buffer
-	h := stubHandler(t, &logs)
-	r := httptest.NewRequest("GET", "/healthz", nil)
-	r.Header.Set("X-Request-Id", "log-me")
-	w := httptest.NewRecorder()
-	h.ServeHTTP(w, r)
-	if w.Code != 200 || strings.TrimSpace(w.Body.String()) != `{"status":"ok"}` {
-		t.Fatalf("healthz = %d %s", w.Code, w.Body.String())
-	}
 	var line struct {
 		Level      string  `json:"level"`
 		Msg        string  `json:"msg"`
@@ -365,12 +359,38 @@ func TestAccessLog(t *testing.T) {
 		RequestID  string  `json:"request_id"`
 		Bytes      int     `json:"bytes"`
 	}
-	if err := json.Unmarshal(logs.Bytes(), &line); err != nil {
-		t.Fatalf("log %q: %v", logs.String(), err)
+	serve := func(level slog.Level, method, path string) (*httptest.ResponseRecorder, []byte) {
+		var logs bytes.Buffer
+		h := newHandler(stubServer{}, Options{MaxBodyBytes: 256,
+			Logger: slog.New(slog.NewJSONHandler(&logs, &slog.HandlerOptions{Level: level}))})
+		r := httptest.NewRequest(method, path, nil)
+		r.Header.Set("X-Request-Id", "log-me")
+		w := httptest.NewRecorder()
+		h.ServeHTTP(w, r)
+		return w, logs.Bytes()
+	}
+	w, logs := serve(slog.LevelDebug, "GET", "/healthz")
+	if w.Code != 200 || strings.TrimSpace(w.Body.String()) != `{"status":"ok"}` {
+		t.Fatalf("healthz = %d %s", w.Code, w.Body.String())
+	}
+	if err := json.Unmarshal(logs, &line); err != nil {
+		t.Fatalf("log %q: %v", logs, err)
 	}
 	if line.Msg != "request" || line.Method != "GET" || line.Path != "/healthz" || line.Status != 200 ||
-		line.RequestID != "log-me" || line.Bytes != w.Body.Len() || line.DurationMS < 0 || line.Level != "INFO" {
-		t.Errorf("access log line = %+v", line)
+		line.RequestID != "log-me" || line.Bytes != w.Body.Len() || line.DurationMS < 0 || line.Level != "DEBUG" {
+		t.Errorf("access log line of a read = %+v", line)
+	}
+	if _, logs := serve(slog.LevelInfo, "GET", "/healthz"); len(logs) != 0 {
+		t.Errorf("a read that succeeded logged at info: %s", logs)
+	}
+	// A change refused before it reaches the service (no body declared JSON: 415).
+	w, logs = serve(slog.LevelInfo, "POST", "/v1/jobs/j/checkpoints")
+	line.Level = ""
+	if err := json.Unmarshal(logs, &line); err != nil {
+		t.Fatalf("log of a change %q: %v", logs, err)
+	}
+	if line.Method != "POST" || line.Status != w.Code || w.Code >= 500 || line.Level != "INFO" {
+		t.Errorf("access log line of a change = %+v (answer %d)", line, w.Code)
 	}
 }
 

@@ -446,19 +446,48 @@ func (s *Service) SweepExpired(ctx context.Context) (int, error) {
 // others is aborted within a second of its deadline (rule 6).
 const sweepJobTimeout = 500 * time.Millisecond
 
-// RunSweeper sweeps expired checkpoints every interval until ctx ends.
+// RunSweeper sweeps expired checkpoints every interval until ctx ends. While sweeps keep
+// failing (the database is down, say), it warns of the first failure and then once every
+// sweepWarnEvery, with the count, and says when sweeps work again.
 func (s *Service) RunSweeper(ctx context.Context, interval time.Duration) {
 	t := time.NewTicker(interval)
 	defer t.Stop()
+	var failing failures
 	for {
 		select {
 		case <-ctx.Done():
 			return
 		case <-t.C:
-			if _, err := s.SweepExpired(ctx); err != nil && ctx.Err() == nil {
-				s.logger.Warn("sweep expired checkpoints", "error", err)
+			_, err := s.SweepExpired(ctx)
+			if ctx.Err() != nil {
+				return
 			}
+			failing.note(s.logger, time.Now(), err)
 		}
+	}
+}
+
+// sweepWarnEvery is how often a sweeper that keeps failing says so.
+const sweepWarnEvery = 30 * time.Second
+
+// failures counts the sweeper's failures in a row, to warn of them at a bounded rate.
+type failures struct {
+	count    int       // in a row
+	warnedAt time.Time // last warning
+}
+
+func (f *failures) note(logger *slog.Logger, now time.Time, err error) {
+	switch {
+	case err == nil && f.count > 0:
+		logger.Info("sweeping expired checkpoints works again", "failed_sweeps", f.count)
+		*f = failures{}
+	case err == nil:
+	case f.count == 0 || now.Sub(f.warnedAt) >= sweepWarnEvery:
+		f.count++
+		f.warnedAt = now
+		logger.Warn("sweep expired checkpoints", "error", err, "failed_sweeps", f.count)
+	default:
+		f.count++
 	}
 }
 

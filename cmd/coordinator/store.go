@@ -25,6 +25,7 @@ func openStore(ctx context.Context, cfg config, logger *slog.Logger) (coordinato
 }
 
 func openEmbedded(ctx context.Context, cfg config, logger *slog.Logger) (coordinator.Store, []any, error) {
+	before, _, _ := sqlite.MigrationVersion(cfg.dataDir) // only to say below whether migrations ran
 	store, err := sqlite.Open(ctx, cfg.dataDir, sqlite.Options{Logger: logger, Migrate: cfg.migrate})
 	if errors.Is(err, sqlite.ErrSchemaVersion) {
 		return nil, nil, fmt.Errorf("open the embedded store in %s: %w: run 'coordinator migrate up' or start with --migrate=true", cfg.dataDir, err)
@@ -33,20 +34,31 @@ func openEmbedded(ctx context.Context, cfg config, logger *slog.Logger) (coordin
 		return nil, nil, fmt.Errorf("open the embedded store in %s: %w", cfg.dataDir, err)
 	}
 	if cfg.migrate {
-		logger.Info("schema migrated", "version", sqlite.SchemaVersion)
+		logMigrated(logger, before, sqlite.SchemaVersion)
 	}
 	logger.Info("embedded store: one coordinator process per data directory; for several, or for PostgreSQL, pass --database-url postgres://...",
 		"data_dir", store.Dir())
 	return store, []any{"store", "embedded", "data_dir", store.Dir()}, nil
 }
 
+// logMigrated says that migrations ran at start-up, when some did (the schema was at
+// version before); a schema already current is worth a debug line only.
+func logMigrated(logger *slog.Logger, before, now uint) {
+	if before == now {
+		logger.Debug("schema current", "version", now)
+		return
+	}
+	logger.Info("schema migrated", "from", before, "to", now)
+}
+
 func openPostgres(ctx context.Context, cfg config, logger *slog.Logger) (coordinator.Store, []any, error) {
 	describe := []any{"store", "postgres", "database", cli.RedactURL(cfg.databaseURL)}
 	if cfg.migrate {
+		before, _, _ := postgres.MigrationVersion(cfg.databaseURL) // only to say below whether migrations ran
 		if err := postgres.MigrateUp(cfg.databaseURL); err != nil {
 			return nil, nil, fmt.Errorf("apply migrations: %w", err)
 		}
-		logger.Info("schema migrated", "version", postgres.SchemaVersion)
+		logMigrated(logger, before, postgres.SchemaVersion)
 	} else {
 		version, dirty, err := postgres.MigrationVersion(cfg.databaseURL)
 		if err != nil {

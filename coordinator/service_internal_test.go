@@ -1,0 +1,33 @@
+package coordinator
+
+import (
+	"bytes"
+	"errors"
+	"log/slog"
+	"strings"
+	"testing"
+	"time"
+)
+
+// A sweeper that keeps failing warns of the first failure, then once every sweepWarnEvery,
+// and says once when it works again.
+func TestSweeperFailuresAreRateLimited(t *testing.T) {
+	t.Parallel()
+	var buf bytes.Buffer
+	logger := slog.New(slog.NewTextHandler(&buf, nil))
+	var f failures
+	start := time.Unix(1000, 0)
+	down := errors.New("the database is down")
+	for i := range 300 { // a minute of failures, every 200 ms
+		f.note(logger, start.Add(time.Duration(i)*200*time.Millisecond), down)
+	}
+	f.note(logger, start.Add(time.Minute), nil)
+	f.note(logger, start.Add(time.Minute+time.Second), nil)
+	lines := strings.Split(strings.TrimSpace(buf.String()), "\n")
+	if len(lines) != 3 {
+		t.Fatalf("%d log lines for a minute of failures and a recovery, want 3 (first, after 30 s, recovered):\n%s", len(lines), buf.String())
+	}
+	if !strings.Contains(lines[0], "failed_sweeps=1") || !strings.Contains(lines[1], "level=WARN") || !strings.Contains(lines[2], "works again") || !strings.Contains(lines[2], "failed_sweeps=300") {
+		t.Fatalf("unexpected lines:\n%s", buf.String())
+	}
+}

@@ -5,6 +5,7 @@
 //	coordinator migrate up|down|version [flags]
 //	coordinator bench [flags]
 //	coordinator seed --database-url URL --checkpoints N [flags]
+//	coordinator version
 //
 // Run "coordinator --help" for every flag and its environment twin.
 //
@@ -83,6 +84,8 @@ func run(ctx context.Context, args, environ []string, stdout, stderr io.Writer) 
 		case "help":
 			usage(stdout, "serve")
 			return exitOK
+		case "version", "--version", "-version":
+			return versionCommand(args[1:], stdout, stderr)
 		}
 	}
 
@@ -140,7 +143,7 @@ func checkArgs(command string, rest []string) error {
 		return fmt.Errorf("migrate needs up, down or version, not %q", rest[0])
 	}
 	if len(rest) > 0 {
-		return fmt.Errorf("unexpected argument %q (commands: serve, migrate, bench, seed, help)", rest[0])
+		return fmt.Errorf("unexpected argument %q (commands: serve, migrate, bench, seed, version, help)", rest[0])
 	}
 	return nil
 }

@@ -26,8 +26,8 @@ import (
 // This file is the strict input check that runs before the generated code decodes a body.
 // encoding/json, which the generated code uses, accepts unknown fields, matches names
 // case-insensitively, takes null for zero values, keeps the last of duplicate names and
-// replaces invalid UTF-8; PROTOCOL.md rule 10 wants all of that refused with a 400, so each
-// body is checked here first, then handed on unchanged.
+// replaces invalid UTF-8; rule 10 of docs/protocol.md wants all of that refused with a
+// 400, so each body is checked here first, then handed on unchanged.
 
 // bodySpec says what body an operation takes.
 type bodySpec struct {

@@ -50,13 +50,14 @@ func (emptyStore) Subscribe(job string, id int64) *coordinator.Subscription {
 func (emptyStore) Ready(context.Context) error { return nil }
 func (emptyStore) Close()                      {}
 
-// protocolName is PROTOCOL.md's name rule, written out again here as the oracle.
+// protocolName is the name rule of openapi.yaml and docs/protocol.md, written out again
+// here as the oracle.
 var protocolName = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$`)
 
 // FuzzParameters sends arbitrary path segments (job, participant, checkpoint id), query
 // strings and Idempotency-Keys to every operation of the real handlers on the real service
 // (over a store without jobs). Never a 5xx; every error a problem document; and the path
-// parameters are judged exactly as PROTOCOL.md says: valid names and ids reach the store
+// parameters are judged exactly as openapi.yaml says: valid names and ids reach the store
 // (404 not_found: it has no job), anything else is refused with 400 (or 404 when it does
 // not even route, e.g. an empty segment).
 func FuzzParameters(f *testing.F) {

@@ -214,7 +214,7 @@ func TestHeadAnswersAsGet(t *testing.T) {
 	}
 }
 
-// TestCurlRound plays PROTOCOL.md's "A round, by curl", request for request.
+// TestCurlRound plays the README's "A round, by curl", request for request.
 func testCurlRound(t *testing.T) {
 	b := setup(t)
 
@@ -440,7 +440,7 @@ func testClientRound(t *testing.T) {
 	}
 }
 
-// TestErrorCodes provokes every error code of PROTOCOL.md through the real service.
+// TestErrorCodes provokes every error code of openapi.yaml through the real service.
 func testErrorCodes(t *testing.T) {
 	b := setup(t)
 	b.job(t, "j", `{"participants":["a","b"],"auto_commit":false,"max_concurrent_checkpoints":2}`, "a", "b")

@@ -9,7 +9,8 @@ import (
 // Code is the stable machine code of a rejection, as it appears in problem documents.
 type Code string
 
-// The codes of PROTOCOL.md. Each maps to one HTTP status in the api package.
+// The codes of the protocol's refusals (docs/protocol.md, "Refusals"; openapi.yaml). Each
+// maps to one HTTP status in the api package.
 const (
 	CodeInvalidRequest      Code = "invalid_request"
 	CodeNotFound            Code = "not_found"

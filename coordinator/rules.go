@@ -15,7 +15,7 @@ import (
 // Mutation; Service loads the state under the job's lock, runs one rule and hands the
 // mutation to the store, which writes it. Every input is validated once, in validate.go.
 //
-// Where each rule of the protocol is decided:
+// Where each rule of the protocol (docs/protocol.md) is decided:
 //
 //	 1 one decision             JobState.Vote, Commit, Abort (decided checkpoints refuse: decidedRejection);
 //	                            decideCommit and decideAbort are the only places a status is decided

@@ -1828,7 +1828,7 @@ func (m *ruleModel) Vote(t *rapid.T) {
 	} else {
 		v.Reason = rapid.SampledFrom([]string{"", "disk full"}).Draw(t, "reason")
 	}
-	// The contract, in the order PROTOCOL.md gives it.
+	// The contract, in the order docs/protocol.md gives it ("The order of the checks").
 	var code Code
 	p := cp.Participant(name)
 	committables := v.Committables
@@ -1946,8 +1946,8 @@ func (m *ruleModel) Tick(t *rapid.T) {
 
 func allVotedPrepared(cp *Checkpoint) bool { return len(missingVotes(cp)) == 0 }
 
-// Check holds the invariants of PROTOCOL.md, on the state after every step and against
-// the state after the step before.
+// Check holds the invariants of docs/protocol.md, on the state after every step and
+// against the state after the step before.
 func (m *ruleModel) Check(t *rapid.T) {
 	preparing := 0
 	for i, cp := range m.cps {

@@ -1,7 +1,11 @@
 // Package coordinator is the domain of the two-phase-commit checkpoint coordinator: jobs,
-// participants and their epochs, checkpoints and votes, and the rules of PROTOCOL.md as pure
+// participants and their epochs, checkpoints and votes, and the rules of the protocol as pure
 // decisions over a job's recorded state. It knows neither HTTP nor SQL: Service applies the
 // decisions through a Store, which makes each one atomic and durable.
+//
+// The protocol, its twelve rules and where each is kept are described in docs/protocol.md
+// at the root of the repository; rules.go starts with an index of where each rule is
+// decided. The exact HTTP contract is openapi.yaml.
 package coordinator
 
 import (

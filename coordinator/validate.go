@@ -55,7 +55,7 @@ func ValidateName(field, s string) error {
 	return f.err()
 }
 
-// ValidateJobConfig checks a configuration against PROTOCOL.md's bounds.
+// ValidateJobConfig checks a configuration against the bounds of openapi.yaml's JobConfig.
 func ValidateJobConfig(cfg JobConfig) error {
 	var f fieldErrors
 	switch n := len(cfg.Participants); {

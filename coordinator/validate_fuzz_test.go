@@ -10,7 +10,7 @@ import (
 	"unicode/utf8"
 )
 
-// validNameOracle is PROTOCOL.md's rule for names, as the regular expression that error
+// validNameOracle is openapi.yaml's rule for names, as the regular expression that error
 // messages quote.
 func validNameOracle(s string) bool { return namePattern.MatchString(s) }
 
@@ -101,7 +101,7 @@ func FuzzValidateVote(f *testing.F) {
 }
 
 // FuzzValidateJobConfig feeds arbitrary configurations (participants as a comma-separated
-// list) to the job check: no panic, and an accepted one keeps every bound of PROTOCOL.md.
+// list) to the job check: no panic, and an accepted one keeps every bound of openapi.yaml.
 func FuzzValidateJobConfig(f *testing.F) {
 	f.Add("sink-a,sink-b", int64(60000), 1)
 	f.Add("", int64(100), 1000)

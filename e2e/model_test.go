@@ -24,9 +24,10 @@ import (
 // with and without Idempotency-Keys, votes prepared and abort with current, stale and
 // future epochs, commit, abort, ack, register, job changes, bad input, waits past
 // deadlines, SIGKILL and restart) and applies each to a small reference model written
-// from PROTOCOL.md alone. Every answer must be one the model allows, and after every step
-// the whole state (checkpoints with votes, committables, acks and decisions, the job
-// view, every participant's pending list) must be one the model allows.
+// from docs/protocol.md and openapi.yaml alone. Every answer must be one the model
+// allows, and after every step the whole state (checkpoints with votes, committables, acks
+// and decisions, the job view, every participant's pending list) must be one the model
+// allows.
 //
 // The real service runs as a process over HTTP, like in every other e2e test: a restart
 // (SIGKILL, then start) costs about 100 ms, cheap enough to be an ordinary step. Each
@@ -76,7 +77,7 @@ type mVote struct {
 	Reason       string
 }
 
-// mReason says why a checkpoint was aborted, as far as PROTOCOL.md pins it down.
+// mReason says why a checkpoint was aborted, as far as docs/protocol.md pins it down.
 type mReason struct {
 	Kind  string   // deadline, vote, request, register, cascade
 	Names []string // deadline: who did not vote; vote and register: who

@@ -19,9 +19,9 @@ import (
 // maxBodyBytes is the body limit the protocol tests start the coordinator with.
 const maxBodyBytes = 4096
 
-// TestProtocol exercises every endpoint and rule of PROTOCOL.md against the built binary
-// and a fresh cluster, as a client that knows nothing but the contract. Subtests share one
-// coordinator and database and keep to their own jobs.
+// TestProtocol exercises every endpoint of openapi.yaml and rule of docs/protocol.md
+// against the built binary and a fresh cluster, as a client that knows nothing but the
+// contract. Subtests share one coordinator and database and keep to their own jobs.
 func TestProtocol(t *testing.T) {
 	t.Parallel()
 	cluster := harness.StartCluster(t)
@@ -1104,7 +1104,7 @@ func mustField(t testing.TB, a *api, path, field string) string {
 	return string(m[field])
 }
 
-// checkShape checks that a checkpoint has every member PROTOCOL.md lists, null or not,
+// checkShape checks that a checkpoint has every member openapi.yaml requires, null or not,
 // and that its times are RFC 3339 UTC.
 func checkShape(t testing.TB, a *api, path string) {
 	t.Helper()

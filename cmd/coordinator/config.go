@@ -37,8 +37,8 @@ type config struct {
 // reported at start-up, since they are most likely typos.
 const envPrefix = "COORDINATOR_"
 
-// maxSweepInterval keeps PROTOCOL.md rule 6: while a coordinator runs, a checkpoint whose
-// deadline passed is aborted within one second.
+// maxSweepInterval keeps rule 6 of docs/protocol.md: while a coordinator runs, a
+// checkpoint whose deadline passed is aborted within one second.
 const maxSweepInterval = time.Second
 
 // maxDBWriters bounds --db-writers: each writer holds a pooled connection while it commits.

@@ -42,8 +42,8 @@ func serve(ctx context.Context, cfg config, logger *slog.Logger) error {
 	}()
 	svc := coordinator.NewService(store, logger)
 
-	// Rule 6 of docs/protocol.md: after an outage, expired checkpoints are aborted before new work
-	// is served.
+	// Rule 6 of docs/protocol.md: after an outage, expired checkpoints are aborted before
+	// new work is served.
 	// A job that cannot be swept now (its row locked elsewhere) does not keep the others
 	// waiting: the sweeper tries it again, and no vote is counted past a deadline anyway.
 	swept, err := svc.SweepExpired(ctx)

@@ -27,7 +27,7 @@ Usage:
 const usageStores = `
 Stores:
   --database-url postgres://...   PostgreSQL. Any number of coordinator processes may serve
-                                  one database at once (PROTOCOL.md rule 8).
+                                  one database at once (rule 8 of docs/protocol.md).
   no --database-url               the embedded store: a SQLite database in --data-dir, as
                                   durable (a 2xx means on disk). It does not support several
                                   coordinator processes on one data directory (a second one

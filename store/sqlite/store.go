@@ -8,8 +8,8 @@
 //
 // One process owns a data directory: Open takes an exclusive lock on its lock file, and a
 // second Open, in this process or another, fails at once with an *InUseError naming the
-// process that holds it. Rule 8 of PROTOCOL.md (many coordinators on one database) is
-// therefore not offered by this store; the Postgres store offers it.
+// process that holds it. Rule 8 of docs/protocol.md (many coordinators on one database)
+// is therefore not offered by this store; the Postgres store offers it.
 //
 // Inside the process, writes are serialised on one connection whose transactions begin
 // IMMEDIATE: that connection is the lock of every job at once. Reads (View, GetJob,

@@ -11,9 +11,9 @@ import (
 	"github.com/twophase/coordinator/coordinator"
 )
 
-// runProtocol carries out PROTOCOL.md through coordinator.Service on the store: the rules
-// are the domain's, but whether they hold depends on the store loading, locking and saving
-// what they decide.
+// runProtocol carries out docs/protocol.md through coordinator.Service on the store: the
+// rules are the domain's, but whether they hold depends on the store loading, locking and
+// saving what they decide.
 func runProtocol(t *testing.T, o opener) {
 	tests := []struct {
 		name string

@@ -4,8 +4,8 @@
 // asserted against every engine.
 //
 // The suite tests three layers: the Store and JobTx contract itself (store.go's doc comments),
-// the protocol of PROTOCOL.md carried out by coordinator.Service on the real store, and the
-// protocol's guarantees under concurrent requests on real connections. A property test then
+// the protocol of docs/protocol.md carried out by coordinator.Service on the real store, and
+// the protocol's guarantees under concurrent requests on real connections. A property test then
 // drives the Service with random sequences of requests on the store and on an in-memory
 // reference store side by side, and compares every answer and the whole state.
 package storetest

@@ -2,6 +2,7 @@ package coordinatorclient
 
 import (
 	"context"
+	crand "crypto/rand"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -243,15 +244,17 @@ func (c *Coordinator) Pending(ctx context.Context, job, participant string) (*Pe
 	return out, err
 }
 
-// OpenCheckpoint opens the job's next checkpoint (phase one). A non-empty idempotencyKey
-// makes retries safe: a repeat returns the checkpoint the key opened. timeout 0 means the
-// job's checkpoint_timeout_ms. It returns ErrTooManyCheckpoints while
-// max_concurrent_checkpoints are preparing.
+// OpenCheckpoint opens the job's next checkpoint (phase one). Every attempt carries an
+// Idempotency-Key, so that the retries of this call never open a second checkpoint (an
+// attempt whose answer was lost may have opened one): idempotencyKey, or a random one when
+// it is empty. Pass your own key to make your own retries of the call safe too: a repeat
+// returns the checkpoint the key opened. timeout 0 means the job's checkpoint_timeout_ms.
+// It returns ErrTooManyCheckpoints while max_concurrent_checkpoints are preparing.
 func (c *Coordinator) OpenCheckpoint(ctx context.Context, job, idempotencyKey string, timeout time.Duration) (*Checkpoint, error) {
-	var params PrepareCheckpointParams
-	if idempotencyKey != "" {
-		params.IdempotencyKey = &idempotencyKey
+	if idempotencyKey == "" {
+		idempotencyKey = "open-" + crand.Text()
 	}
+	params := PrepareCheckpointParams{IdempotencyKey: &idempotencyKey}
 	var body PrepareRequest
 	if timeout > 0 {
 		ms := timeout.Milliseconds()

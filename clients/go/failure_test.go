@@ -374,3 +374,27 @@ func TestRecoverRetriedBeforeOwedItems(t *testing.T) {
 		t.Errorf("Recover saw %v owed, want [1]", p.owed)
 	}
 }
+
+// A prepare sent without a key of the caller's still carries one, so that its retry after a
+// lost answer returns the checkpoint the first attempt opened, and opens no second one.
+func TestOpenCheckpointRetriedAfterLostAnswer(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	b.putJob(t, "j", cc.JobConfig{Participants: []string{"a"}, MaxConcurrentCheckpoints: ptr(5)})
+	b.faults.set(failFirst(1, dropResponse, http.MethodPost, "/checkpoints"))
+	cp, err := b.coord.OpenCheckpoint(context.Background(), "j", "", 0)
+	b.faults.set(nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := b.faults.requests("POST /v1/jobs/j/checkpoints"); n != 2 {
+		t.Errorf("prepare sent %d times, want 2 (one lost answer)", n)
+	}
+	job, err := b.coord.Job(context.Background(), "j")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cp.Id != 1 || job.LastCheckpoint == nil || *job.LastCheckpoint != 1 {
+		t.Fatalf("answered checkpoint %d, the job's last is %v: want 1 and 1 (one prepare, one checkpoint)", cp.Id, job.LastCheckpoint)
+	}
+}

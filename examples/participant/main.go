@@ -1,0 +1,79 @@
+// Command participant is the README's Go participant: it creates the job "orders", opens
+// one of its checkpoints every second and takes part in each as "pg-sink", until SIGINT
+// or SIGTERM.
+package main
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"log/slog"
+	"os"
+	"os/signal"
+	"syscall"
+	"time"
+
+	cc "github.com/twophase/coordinator/clients/go"
+)
+
+type txn struct {
+	GID string `json:"gid"`
+}
+
+type pgSink struct{} // a pool, buffered rows, ...
+
+// Phase one: make the writes durable but invisible, return what phase two needs.
+func (s *pgSink) Prepare(ctx context.Context, checkpoint int64) ([]txn, error) {
+	gid := fmt.Sprintf("orders.pg-sink.%d", checkpoint)
+	// BEGIN; INSERT ...; PREPARE TRANSACTION 'gid'
+	return []txn{{GID: gid}}, nil
+}
+
+// Phase two: idempotent, it may run again after a crash.
+func (s *pgSink) Commit(ctx context.Context, checkpoint int64, cs []txn) error {
+	// COMMIT PREPARED 'gid' for each; "does not exist" + a commit marker = already done
+	return nil
+}
+
+// Roll back: idempotent too.
+func (s *pgSink) Abort(ctx context.Context, checkpoint int64, cs []txn) error {
+	// ROLLBACK PREPARED 'gid' for each; "does not exist" = already done
+	return nil
+}
+
+func main() {
+	url := flag.String("url", cmp.Or(os.Getenv("COORDINATOR_URL"), "http://127.0.0.1:8080"),
+		"the coordinator's URL (or set COORDINATOR_URL)")
+	flag.Parse()
+	// Debug shows each vote and ack; without a Logger the library logs nothing.
+	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	err := run(ctx, *url, log)
+	stop()
+	if err != nil && !errors.Is(err, context.Canceled) { // Canceled: stopped by a signal
+		log.Error("participant stopped", "error", err)
+		os.Exit(1)
+	}
+}
+
+func run(ctx context.Context, url string, log *slog.Logger) error {
+	coord, err := cc.NewCoordinator(url, cc.Options{Logger: log})
+	if err != nil {
+		return err
+	}
+	// The job must exist before anyone registers; putting the same configuration again
+	// changes nothing.
+	if _, err := coord.PutJob(ctx, "orders", cc.JobConfig{Participants: []string{"pg-sink"}}); err != nil {
+		return err
+	}
+	// One Trigger per job opens its checkpoints; if it fails, the runner stops too.
+	ctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	trigger := &cc.Trigger{Coordinator: coord, Job: "orders", Interval: time.Second, Logger: log}
+	go func() { cancel(trigger.Run(ctx)) }()
+
+	r := cc.NewRunner(coord, "orders", "pg-sink", cc.Participant[txn](&pgSink{}), cc.RunnerOptions{Logger: log})
+	return r.Run(ctx) // until ctx ends or something fatal (errors.Is(err, cc.ErrFenced), ...)
+}

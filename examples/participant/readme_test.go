@@ -1,0 +1,204 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"log/slog"
+	"net/http/httptest"
+	"os"
+	"os/exec"
+	"runtime"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/twophase/coordinator/api"
+	cc "github.com/twophase/coordinator/clients/go"
+	"github.com/twophase/coordinator/coordinator"
+	"github.com/twophase/coordinator/store/sqlite"
+)
+
+// readmeHeading is the heading of the README section whose first Go code block must be
+// this program, byte for byte.
+const readmeHeading = "### In Go: `coordinatorclient.Runner`"
+
+// runMainEnv makes the test binary run the program's main instead of the tests, so that
+// the tests run the program as a user does (flags, environment, signals) without a build.
+const runMainEnv = "EXAMPLE_PARTICIPANT_RUN_MAIN"
+
+func TestMain(m *testing.M) {
+	if os.Getenv(runMainEnv) == "1" {
+		main()
+		os.Exit(0)
+	}
+	os.Exit(m.Run())
+}
+
+// The README shows exactly this program: a newcomer who copies it gets code that compiles
+// and runs (go vet ./... and go build ./... check this package like any other).
+func TestREADMEShowsThisProgram(t *testing.T) {
+	readme, err := os.ReadFile("../../README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	program, err := os.ReadFile("main.go")
+	if err != nil {
+		t.Fatal(err)
+	}
+	block, err := goBlockAfter(string(readme), readmeHeading)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if block == string(program) {
+		return
+	}
+	got, want := strings.Split(block, "\n"), strings.Split(string(program), "\n")
+	for i := range max(len(got), len(want)) {
+		var g, w string
+		if i < len(got) {
+			g = got[i]
+		}
+		if i < len(want) {
+			w = want[i]
+		}
+		if g != w {
+			t.Fatalf("README.md's Go block under %q differs from examples/participant/main.go at line %d of the block:\nREADME:  %q\nmain.go: %q\ncopy main.go into the README (or the other way round)",
+				readmeHeading, i+1, g, w)
+		}
+	}
+	t.Fatalf("README.md's Go block under %q has %d lines, examples/participant/main.go %d: copy main.go into the README",
+		readmeHeading, len(got), len(want))
+}
+
+// goBlockAfter returns the content of the first ```go fenced block after the line heading.
+func goBlockAfter(markdown, heading string) (string, error) {
+	_, section, ok := strings.Cut(markdown, "\n"+heading+"\n")
+	if !ok {
+		return "", errors.New("README.md has no heading " + heading)
+	}
+	if next := strings.Index(section, "\n#"); next >= 0 {
+		section = section[:next]
+	}
+	_, block, ok := strings.Cut(section, "\n```go\n")
+	if !ok {
+		return "", errors.New("no ```go block under " + heading)
+	}
+	block, _, ok = strings.Cut(block, "\n```\n")
+	if !ok {
+		return "", errors.New("the ```go block under " + heading + " is not closed")
+	}
+	return block + "\n", nil
+}
+
+// The program, run against a fresh coordinator, creates its job and commits checkpoints;
+// run again, it finds the job and goes on; it stops cleanly (exit 0) on SIGINT and SIGTERM.
+func TestProgramCommitsCheckpoints(t *testing.T) {
+	if runtime.GOOS == "windows" {
+		t.Skip("sends SIGINT and SIGTERM")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	url := startCoordinator(ctx, t)
+	coord, err := cc.NewCoordinator(url, cc.Options{MaxAttempts: 3})
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	// First run: the URL from the environment, stopped by SIGINT.
+	runProgram(ctx, t, coord, 1, []string{"COORDINATOR_URL=" + url}, nil, os.Interrupt)
+	// Second run: the flag wins over the environment; the job exists; stopped by SIGTERM.
+	runProgram(ctx, t, coord, 2, []string{"COORDINATOR_URL=http://127.0.0.1:1"}, []string{"-url", url}, syscall.SIGTERM)
+}
+
+// runProgram runs the program until the job's last committed checkpoint has grown by two,
+// then stops it with sig and checks that it exited 0 as epoch epoch of pg-sink.
+func runProgram(ctx context.Context, t *testing.T, coord *cc.Coordinator, epoch int64, env, args []string, sig os.Signal) {
+	t.Helper()
+	var before int64
+	if job, err := coord.Job(ctx, "orders"); err == nil && job.LastCommitted != nil {
+		before = *job.LastCommitted
+	}
+	cmd := exec.CommandContext(ctx, os.Args[0], args...)
+	cmd.Env = append(os.Environ(), append(env, runMainEnv+"=1")...)
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	exited := make(chan error, 1)
+	go func() { exited <- cmd.Wait() }()
+	fail := func(format string, args ...any) {
+		t.Helper()
+		_ = cmd.Process.Kill()
+		<-exited
+		t.Fatalf(format+"\nthe program's log:\n%s", append(args, stderr.String())...)
+	}
+
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		job, err := coord.Job(ctx, "orders")
+		if err == nil && job.LastCommitted != nil && *job.LastCommitted >= before+2 {
+			if job.Epochs["pg-sink"] != epoch {
+				fail("pg-sink's epoch is %d, want %d", job.Epochs["pg-sink"], epoch)
+			}
+			break
+		}
+		if err != nil && !errors.Is(err, cc.ErrNotFound) {
+			fail("get job: %v", err)
+		}
+		select {
+		case err := <-exited:
+			t.Fatalf("the program exited early (%v); its log:\n%s", err, stderr.String())
+		default:
+		}
+		if time.Now().After(deadline) {
+			fail("no two checkpoints committed after checkpoint %d in 20 s", before)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+
+	if err := cmd.Process.Signal(sig); err != nil {
+		fail("signal: %v", err)
+	}
+	select {
+	case err := <-exited:
+		if err != nil {
+			t.Fatalf("after %v the program exited with %v, want 0; its log:\n%s", sig, err, stderr.String())
+		}
+	case <-time.After(10 * time.Second):
+		fail("the program did not exit within 10 s of %v", sig)
+	}
+	// The Runner was given a Logger: it says what it did.
+	for _, want := range []string{"msg=registered", `msg="applied and acked"`} {
+		if !strings.Contains(stderr.String(), want) {
+			t.Errorf("the program's log has no %s:\n%s", want, stderr.String())
+		}
+	}
+}
+
+// startCoordinator serves a coordinator on the embedded store in a temporary directory, on
+// 127.0.0.1 and a free port, until the test ends, as cmd/coordinator does.
+func startCoordinator(ctx context.Context, t *testing.T) string {
+	t.Helper()
+	store, err := sqlite.Open(ctx, t.TempDir(), sqlite.Options{Migrate: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(store.Close)
+	svc := coordinator.NewService(store, nil)
+	sweepCtx, stopSweeper := context.WithCancel(context.Background())
+	sweeper := make(chan struct{})
+	go func() { defer close(sweeper); svc.RunSweeper(sweepCtx, 100*time.Millisecond) }()
+	srv := httptest.NewServer(api.NewHandler(svc, api.Options{
+		Logger: slog.New(slog.DiscardHandler), RequestTimeout: 30 * time.Second,
+	}))
+	t.Cleanup(func() {
+		svc.EndWaits()
+		srv.Close()
+		stopSweeper()
+		<-sweeper
+	})
+	return srv.URL
+}

@@ -41,6 +41,24 @@ func (e CheckpointStatus) Valid() bool {
 	}
 }
 
+// Defines values for InfoStore.
+const (
+	InfoStoreEmbedded InfoStore = "embedded"
+	InfoStorePostgres InfoStore = "postgres"
+)
+
+// Valid indicates whether the value is a known member of the InfoStore enum.
+func (e InfoStore) Valid() bool {
+	switch e {
+	case InfoStoreEmbedded:
+		return true
+	case InfoStorePostgres:
+		return true
+	default:
+		return false
+	}
+}
+
 // Defines values for PendingAction.
 const (
 	PendingActionAbort  PendingAction = "abort"
@@ -156,6 +174,45 @@ type Health struct {
 	// Status Example: ok
 	Status string `json:"status"`
 }
+
+// Info defines model for Info.
+type Info struct {
+	// GoVersion The Go release the coordinator was built with.
+	//
+	// Example: go1.26.8
+	GoVersion string `json:"go_version"`
+
+	// SchemaExpected The schema version this build needs (`coordinator migrate up` applies it).
+	//
+	// Example: 3
+	SchemaExpected int `json:"schema_expected"`
+
+	// SchemaVersion The store's schema version (its last applied migration), as last read: at
+	// start-up and, on PostgreSQL (where another coordinator may migrate the
+	// database), again when this endpoint is asked and the last reading is more than
+	// 10 seconds old. While it differs from `schema_expected`, `/readyz` answers 503.
+	//
+	//
+	// Example: 3
+	SchemaVersion int `json:"schema_version"`
+
+	// Store `postgres` with `--database-url`, else `embedded` (the SQLite database in
+	// `--data-dir`).
+	Store InfoStore `json:"store"`
+
+	// Version The coordinator's version: its module version (`v1.2.3`, or a pseudo-version
+	// naming the commit, `+dirty` when the tree had uncommitted changes), else the
+	// commit it was built from (`-dirty` likewise), else `devel` (a build that recorded
+	// neither). The same as `coordinator --version` prints.
+	//
+	//
+	// Example: v1.2.3
+	Version string `json:"version"`
+}
+
+// InfoStore `postgres` with `--database-url`, else `embedded` (the SQLite database in
+// `--data-dir`).
+type InfoStore string
 
 // Job defines model for Job.
 type Job struct {
@@ -401,6 +458,9 @@ type ServerInterface interface {
 	// ListOpenCheckpoints Checkpoints across all jobs, oldest first.
 	// (GET /v1/checkpoints)
 	ListOpenCheckpoints(w http.ResponseWriter, r *http.Request, params ListOpenCheckpointsParams)
+	// GetInfo The running build and its store.
+	// (GET /v1/info)
+	GetInfo(w http.ResponseWriter, r *http.Request)
 	// ListJobs List jobs, ordered by name.
 	// (GET /v1/jobs)
 	ListJobs(w http.ResponseWriter, r *http.Request, params ListJobsParams)
@@ -461,6 +521,12 @@ func (_ Unimplemented) GetReadyz(w http.ResponseWriter, r *http.Request) {
 // ListOpenCheckpoints Checkpoints across all jobs, oldest first.
 // (GET /v1/checkpoints)
 func (_ Unimplemented) ListOpenCheckpoints(w http.ResponseWriter, r *http.Request, params ListOpenCheckpointsParams) {
+	w.WriteHeader(http.StatusNotImplemented)
+}
+
+// GetInfo The running build and its store.
+// (GET /v1/info)
+func (_ Unimplemented) GetInfo(w http.ResponseWriter, r *http.Request) {
 	w.WriteHeader(http.StatusNotImplemented)
 }
 
@@ -629,6 +695,20 @@ func (siw *ServerInterfaceWrapper) ListOpenCheckpoints(w http.ResponseWriter, r 
 
 	handler := http.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		siw.Handler.ListOpenCheckpoints(w, r, params)
+	}))
+
+	for _, middleware := range siw.HandlerMiddlewares {
+		handler = middleware(handler)
+	}
+
+	handler.ServeHTTP(w, r)
+}
+
+// GetInfo operation middleware
+func (siw *ServerInterfaceWrapper) GetInfo(w http.ResponseWriter, r *http.Request) {
+
+	handler := http.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		siw.Handler.GetInfo(w, r)
 	}))
 
 	for _, middleware := range siw.HandlerMiddlewares {
@@ -1315,6 +1395,9 @@ func HandlerWithOptions(si ServerInterface, options ChiServerOptions) http.Handl
 		r.Get(options.BaseURL+"/v1/checkpoints", wrapper.ListOpenCheckpoints)
 	})
 	r.Group(func(r chi.Router) {
+		r.Get(options.BaseURL+"/v1/info", wrapper.GetInfo)
+	})
+	r.Group(func(r chi.Router) {
 		r.Get(options.BaseURL+"/healthz", wrapper.GetHealthz)
 	})
 	r.Group(func(r chi.Router) {
@@ -1446,6 +1529,48 @@ type ListOpenCheckpointsdefaultApplicationProblemPlusJSONResponse struct {
 }
 
 func (response ListOpenCheckpointsdefaultApplicationProblemPlusJSONResponse) VisitListOpenCheckpointsResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	if response.Headers.RetryAfter != nil {
+		w.Header().Set("Retry-After", fmt.Sprint(*response.Headers.RetryAfter))
+	}
+	w.WriteHeader(response.StatusCode)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type GetInfoRequestObject struct {
+}
+
+type GetInfoResponseObject interface {
+	VisitGetInfoResponse(w http.ResponseWriter) error
+}
+
+type GetInfo200JSONResponse Info
+
+func (response GetInfo200JSONResponse) VisitGetInfoResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(200)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type GetInfodefaultApplicationProblemPlusJSONResponse struct {
+	Body       Problem
+	Headers    ProblemResponseHeaders
+	StatusCode int
+}
+
+func (response GetInfodefaultApplicationProblemPlusJSONResponse) VisitGetInfoResponse(w http.ResponseWriter) error {
 
 	var buf bytes.Buffer
 	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
@@ -2055,6 +2180,9 @@ type StrictServerInterface interface {
 	// ListOpenCheckpoints Checkpoints across all jobs, oldest first.
 	// (GET /v1/checkpoints)
 	ListOpenCheckpoints(ctx context.Context, request ListOpenCheckpointsRequestObject) (ListOpenCheckpointsResponseObject, error)
+	// GetInfo The running build and its store.
+	// (GET /v1/info)
+	GetInfo(ctx context.Context, request GetInfoRequestObject) (GetInfoResponseObject, error)
 	// ListJobs List jobs, ordered by name.
 	// (GET /v1/jobs)
 	ListJobs(ctx context.Context, request ListJobsRequestObject) (ListJobsResponseObject, error)
@@ -2202,6 +2330,30 @@ func (sh *strictHandler) ListOpenCheckpoints(w http.ResponseWriter, r *http.Requ
 		sh.options.ResponseErrorHandlerFunc(w, r, err)
 	} else if validResponse, ok := response.(ListOpenCheckpointsResponseObject); ok {
 		if err := validResponse.VisitListOpenCheckpointsResponse(w); err != nil {
+			sh.options.ResponseErrorHandlerFunc(w, r, err)
+		}
+	} else if response != nil {
+		sh.options.ResponseErrorHandlerFunc(w, r, fmt.Errorf("unexpected response type: %T", response))
+	}
+}
+
+// GetInfo operation middleware
+func (sh *strictHandler) GetInfo(w http.ResponseWriter, r *http.Request) {
+	var request GetInfoRequestObject
+
+	handler := func(ctx context.Context, w http.ResponseWriter, r *http.Request, request interface{}) (interface{}, error) {
+		return sh.ssi.GetInfo(ctx, request.(GetInfoRequestObject))
+	}
+	for _, middleware := range sh.middlewares {
+		handler = middleware(handler, "GetInfo")
+	}
+
+	response, err := handler(r.Context(), w, r, request)
+
+	if err != nil {
+		sh.options.ResponseErrorHandlerFunc(w, r, err)
+	} else if validResponse, ok := response.(GetInfoResponseObject); ok {
+		if err := validResponse.VisitGetInfoResponse(w); err != nil {
 			sh.options.ResponseErrorHandlerFunc(w, r, err)
 		}
 	} else if response != nil {

@@ -33,6 +33,9 @@ type Options struct {
 	// RequestTimeout, when positive, bounds each operation (a long poll gets its wait_ms
 	// on top); a request that runs out answers 503 unavailable.
 	RequestTimeout time.Duration
+	// Build is what GET /v1/info answers about the running build and its store. nil
+	// answers it 404 not_found, as a server older than the operation does.
+	Build *BuildInfo
 }
 
 // NewHandler returns the HTTP API of openapi.yaml on svc: the generated routes, with a
@@ -40,7 +43,7 @@ type Options struct {
 // request, the strict input check, and problem+json answers for every error, including
 // unknown routes, wrong methods, bad parameters and panics.
 func NewHandler(svc *coordinator.Service, opts Options) http.Handler {
-	return newHandler(&server{svc: svc}, opts)
+	return newHandler(&server{svc: svc, build: opts.Build}, opts)
 }
 
 // newHandler serves ssi; tests pass a stub to check the HTTP layer alone.

@@ -46,6 +46,7 @@ func ok(body any) jsonResponse { return jsonResponse{status: http.StatusOK, body
 
 func (r jsonResponse) VisitGetHealthzResponse(w http.ResponseWriter) error { return r.visit(w) }
 func (r jsonResponse) VisitGetReadyzResponse(w http.ResponseWriter) error  { return r.visit(w) }
+func (r jsonResponse) VisitGetInfoResponse(w http.ResponseWriter) error    { return r.visit(w) }
 func (r jsonResponse) VisitListOpenCheckpointsResponse(w http.ResponseWriter) error {
 	return r.visit(w)
 }

@@ -41,6 +41,24 @@ func (e CheckpointStatus) Valid() bool {
 	}
 }
 
+// Defines values for InfoStore.
+const (
+	InfoStoreEmbedded InfoStore = "embedded"
+	InfoStorePostgres InfoStore = "postgres"
+)
+
+// Valid indicates whether the value is a known member of the InfoStore enum.
+func (e InfoStore) Valid() bool {
+	switch e {
+	case InfoStoreEmbedded:
+		return true
+	case InfoStorePostgres:
+		return true
+	default:
+		return false
+	}
+}
+
 // Defines values for PendingAction.
 const (
 	PendingActionAbort  PendingAction = "abort"
@@ -156,6 +174,45 @@ type Health struct {
 	// Status Example: ok
 	Status string `json:"status"`
 }
+
+// Info defines model for Info.
+type Info struct {
+	// GoVersion The Go release the coordinator was built with.
+	//
+	// Example: go1.26.8
+	GoVersion string `json:"go_version"`
+
+	// SchemaExpected The schema version this build needs (`coordinator migrate up` applies it).
+	//
+	// Example: 3
+	SchemaExpected int `json:"schema_expected"`
+
+	// SchemaVersion The store's schema version (its last applied migration), as last read: at
+	// start-up and, on PostgreSQL (where another coordinator may migrate the
+	// database), again when this endpoint is asked and the last reading is more than
+	// 10 seconds old. While it differs from `schema_expected`, `/readyz` answers 503.
+	//
+	//
+	// Example: 3
+	SchemaVersion int `json:"schema_version"`
+
+	// Store `postgres` with `--database-url`, else `embedded` (the SQLite database in
+	// `--data-dir`).
+	Store InfoStore `json:"store"`
+
+	// Version The coordinator's version: its module version (`v1.2.3`, or a pseudo-version
+	// naming the commit, `+dirty` when the tree had uncommitted changes), else the
+	// commit it was built from (`-dirty` likewise), else `devel` (a build that recorded
+	// neither). The same as `coordinator --version` prints.
+	//
+	//
+	// Example: v1.2.3
+	Version string `json:"version"`
+}
+
+// InfoStore `postgres` with `--database-url`, else `embedded` (the SQLite database in
+// `--data-dir`).
+type InfoStore string
 
 // Job defines model for Job.
 type Job struct {
@@ -489,6 +546,16 @@ type ClientInterface interface {
 	// Corresponds with GET /v1/checkpoints (the `ListOpenCheckpoints` operationId).
 	ListOpenCheckpoints(ctx context.Context, params *ListOpenCheckpointsParams, reqEditors ...RequestEditorFn) (*http.Response, error)
 
+	// GetInfo The running build and its store.
+	//
+	// What is serving: the coordinator's version, the Go release it was built with, which
+	// store it uses and the store's schema version against the one this build needs. It
+	// never shows a secret: no database URL, host or path. It answers 200 whether or not
+	// the database answers (`/readyz` says whether the coordinator can serve).
+	//
+	// Corresponds with GET /v1/info (the `GetInfo` operationId).
+	GetInfo(ctx context.Context, reqEditors ...RequestEditorFn) (*http.Response, error)
+
 	// ListJobs List jobs, ordered by name.
 	//
 	// Corresponds with GET /v1/jobs (the `ListJobs` operationId).
@@ -712,6 +779,26 @@ func (c *Client) GetReadyz(ctx context.Context, reqEditors ...RequestEditorFn) (
 // Corresponds with GET /v1/checkpoints (the `ListOpenCheckpoints` operationId).
 func (c *Client) ListOpenCheckpoints(ctx context.Context, params *ListOpenCheckpointsParams, reqEditors ...RequestEditorFn) (*http.Response, error) {
 	req, err := NewListOpenCheckpointsRequest(c.Server, params)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// GetInfo The running build and its store.
+//
+// What is serving: the coordinator's version, the Go release it was built with, which
+// store it uses and the store's schema version against the one this build needs. It
+// never shows a secret: no database URL, host or path. It answers 200 whether or not
+// the database answers (`/readyz` says whether the coordinator can serve).
+//
+// Corresponds with GET /v1/info (the `GetInfo` operationId).
+func (c *Client) GetInfo(ctx context.Context, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewGetInfoRequest(c.Server)
 	if err != nil {
 		return nil, err
 	}
@@ -1201,6 +1288,33 @@ func NewListOpenCheckpointsRequest(server string, params *ListOpenCheckpointsPar
 			rawQueryFragments = append(rawQueryFragments, encoded)
 		}
 		queryURL.RawQuery = strings.Join(rawQueryFragments, "&")
+	}
+
+	req, err := http.NewRequest(http.MethodGet, queryURL.String(), nil)
+	if err != nil {
+		return nil, err
+	}
+
+	return req, nil
+}
+
+// NewGetInfoRequest constructs an http.Request for the GetInfo method
+func NewGetInfoRequest(server string) (*http.Request, error) {
+	var err error
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/v1/info")
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
 	}
 
 	req, err := http.NewRequest(http.MethodGet, queryURL.String(), nil)
@@ -1981,6 +2095,18 @@ type ClientWithResponsesInterface interface {
 	// Corresponds with GET /v1/checkpoints (the `ListOpenCheckpoints` operationId).
 	ListOpenCheckpointsWithResponse(ctx context.Context, params *ListOpenCheckpointsParams, reqEditors ...RequestEditorFn) (*ListOpenCheckpointsResponse, error)
 
+	// GetInfoWithResponse The running build and its store.
+	//
+	// What is serving: the coordinator's version, the Go release it was built with, which
+	// store it uses and the store's schema version against the one this build needs. It
+	// never shows a secret: no database URL, host or path. It answers 200 whether or not
+	// the database answers (`/readyz` says whether the coordinator can serve).
+	//
+	// Returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with GET /v1/info (the `GetInfo` operationId).
+	GetInfoWithResponse(ctx context.Context, reqEditors ...RequestEditorFn) (*GetInfoResponse, error)
+
 	// ListJobsWithResponse List jobs, ordered by name.
 	//
 	// Returns a wrapper object for the known response body format(s).
@@ -2334,6 +2460,61 @@ func (r ListOpenCheckpointsResponse) StatusCode() int {
 
 // ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
 func (r ListOpenCheckpointsResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
+// GetInfoResponseDefaultHeaders the declared response headers of an HTTP default response for GetInfo
+type GetInfoResponseDefaultHeaders struct {
+	RetryAfter *int
+}
+
+type GetInfoResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON200 the response for an HTTP 200 `application/json` response
+	JSON200 *Info
+	// ApplicationproblemJSONDefault the response for an HTTP default `application/problem+json` response
+	ApplicationproblemJSONDefault *Problem
+	// HeadersDefault the parsed response headers for an HTTP default response
+	HeadersDefault *GetInfoResponseDefaultHeaders
+}
+
+// GetJSON200 returns the response for an HTTP 200 `application/json` response
+func (r GetInfoResponse) GetJSON200() *Info {
+	return r.JSON200
+}
+
+// GetApplicationproblemJSONDefault returns the response for an HTTP default `application/problem+json` response
+func (r GetInfoResponse) GetApplicationproblemJSONDefault() *Problem {
+	return r.ApplicationproblemJSONDefault
+}
+
+// GetBody returns the raw response body bytes
+func (r GetInfoResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r GetInfoResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r GetInfoResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r GetInfoResponse) ContentType() string {
 	if r.HTTPResponse != nil {
 		return r.HTTPResponse.Header.Get("Content-Type")
 	}
@@ -3104,6 +3285,24 @@ func (c *ClientWithResponses) ListOpenCheckpointsWithResponse(ctx context.Contex
 	return ParseListOpenCheckpointsResponse(rsp)
 }
 
+// GetInfoWithResponse The running build and its store.
+//
+// What is serving: the coordinator's version, the Go release it was built with, which
+// store it uses and the store's schema version against the one this build needs. It
+// never shows a secret: no database URL, host or path. It answers 200 whether or not
+// the database answers (`/readyz` says whether the coordinator can serve).
+//
+// Returns a wrapper object for the known response body format(s).
+//
+// Corresponds with GET /v1/info (the `GetInfo` operationId).
+func (c *ClientWithResponses) GetInfoWithResponse(ctx context.Context, reqEditors ...RequestEditorFn) (*GetInfoResponse, error) {
+	rsp, err := c.GetInfo(ctx, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseGetInfoResponse(rsp)
+}
+
 // ListJobsWithResponse List jobs, ordered by name.
 //
 // Returns a wrapper object for the known response body format(s).
@@ -3530,6 +3729,52 @@ func ParseListOpenCheckpointsResponse(rsp *http.Response) (*ListOpenCheckpointsR
 	switch {
 	case true:
 		var headers ListOpenCheckpointsResponseDefaultHeaders
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = &value
+		}
+		response.HeadersDefault = &headers
+	}
+
+	return response, nil
+}
+
+// ParseGetInfoResponse parses an HTTP response from a GetInfoWithResponse call
+func ParseGetInfoResponse(rsp *http.Response) (*GetInfoResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &GetInfoResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
+		var dest Info
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON200 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && true:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSONDefault = &dest
+
+	}
+
+	switch {
+	case true:
+		var headers GetInfoResponseDefaultHeaders
 		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
 			var value int
 			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "integer", Format: ""}); err != nil {

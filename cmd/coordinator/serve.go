@@ -84,6 +84,7 @@ func serve(ctx context.Context, cfg config, logger *slog.Logger) error {
 			MaxBodyBytes:   cfg.maxBodyBytes,
 			Logger:         logger,
 			RequestTimeout: cfg.requestTimeout,
+			Build:          buildInfo(cfg, logger),
 		}),
 		ReadHeaderTimeout: readHeaderTimeout,
 		// Not shorter than a request may take: when the read deadline passes while a

@@ -224,7 +224,8 @@ participants in parallel while a waiter long-polls the checkpoint (GET ...?wait_
 acks in parallel. Every answer is checked: ids one after the other, the decision commit seen by
 the waiter only after the last vote was sent, committables returned as sent, the checkpoint
 committed by the acks. A round that is not decided as expected fails the run, whatever
---allow-errors says.
+--allow-errors says. The report names the coordinator's build and store, as its
+GET /v1/info tells them (a coordinator without it is warned of, and reported as unknown).
 
 Flags of bench:
 `
@@ -330,14 +331,15 @@ func runBench(ctx context.Context, cfg benchConfig, progress io.Writer) (*benchR
 		rssDone.Go(func() { rss.run(rssCtx, cfg.rssInterval, progress) })
 	}
 
-	fmt.Fprintf(progress, "bench: setting up %d jobs %s-0..%d with %d participants on %s\n",
-		cfg.jobs, cfg.jobPrefix, cfg.jobs-1, cfg.participants, cfg.url)
+	target := readTarget(ctx, client, progress)
+	fmt.Fprintf(progress, "bench: setting up %d jobs %s-0..%d with %d participants on %s: %s\n",
+		cfg.jobs, cfg.jobPrefix, cfg.jobs-1, cfg.participants, cfg.url, target.describe())
 	jobs, err := setupJobs(ctx, client, cfg)
 	if err != nil {
 		return nil, fmt.Errorf("set up the jobs: %w", err)
 	}
 
-	r := &benchRun{cfg: cfg, client: client, stats: newBenchStats()}
+	r := &benchRun{cfg: cfg, client: client, stats: newBenchStats(), target: target}
 	r.measure(ctx, jobs, progress)
 
 	if rss != nil {
@@ -373,6 +375,7 @@ type benchRun struct {
 	cfg    benchConfig
 	client *benchClient
 	stats  *benchStats
+	target targetInfo
 
 	warmupEnd   time.Time // rounds that start from here on are measured
 	stopAt      time.Time // no round starts from here on

@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
+	"runtime"
 	"strconv"
 	"strings"
 	"sync"
@@ -65,7 +66,8 @@ func startCoordinator(t *testing.T, databaseURL string) (string, *logBuffer) {
 		t.Fatal(err)
 	}
 	svc := coordinator.NewService(store, logger)
-	srv := httptest.NewServer(api.NewHandler(svc, api.Options{Logger: logger, RequestTimeout: 30 * time.Second}))
+	build := &api.BuildInfo{Version: "v9.9.9-test", GoVersion: runtime.Version(), Store: api.InfoStorePostgres, SchemaExpected: postgres.SchemaVersion}
+	srv := httptest.NewServer(api.NewHandler(svc, api.Options{Logger: logger, RequestTimeout: 30 * time.Second, Build: build}))
 	t.Cleanup(func() {
 		srv.Close()
 		store.Close()
@@ -143,6 +145,13 @@ func TestBenchAgainstCoordinator(t *testing.T) {
 	if !strings.Contains(progress, "rounds") {
 		t.Errorf("no progress line on stderr:\n%s", progress)
 	}
+	// The report says what it measured, from GET /v1/info.
+	if rep.Build != "v9.9.9-test" || rep.GoVersion != runtime.Version() || rep.Store != "postgres" {
+		t.Errorf("report: build %q, Go %q, store %q; want the coordinator's v9.9.9-test, %s, postgres", rep.Build, rep.GoVersion, rep.Store, runtime.Version())
+	}
+	if want := "build v9.9.9-test (" + runtime.Version() + "), store postgres\n"; !strings.Contains(progress, want) || strings.Contains(progress, "warning") {
+		t.Errorf("text report without %q, or with a warning:\n%s", want, progress)
+	}
 	get(t, base+"/v1/jobs/hist-0", http.StatusOK, &job)
 	if job.LastCommitted <= 151 {
 		t.Errorf("hist-0's last committed is %d after the bench, want more than the seeded 151", job.LastCommitted)
@@ -164,6 +173,10 @@ func newFakeCoordinator(bug string) *fakeCoordinator {
 }
 
 func (f *fakeCoordinator) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if !strings.HasPrefix(r.URL.Path, "/v1/jobs/") {
+		http.NotFound(w, r) // GET /v1/info too, as a coordinator older than it
+		return
+	}
 	parts := strings.Split(strings.TrimPrefix(r.URL.Path, "/v1/jobs/"), "/")
 	job := parts[0]
 	answer := func(status int, body any) {
@@ -248,6 +261,12 @@ func TestBenchFailsOnWrongAnswers(t *testing.T) {
 			if tc.bug == "" {
 				if code != cli.ExitOK || !rep.OK || rep.Rounds == 0 {
 					t.Fatalf("against a correct fake: exit %d, %d rounds, verdict %q, checks %v; progress:\n%s", code, rep.Rounds, rep.Verdict, rep.CheckExamples, progress)
+				}
+				// The fake has no GET /v1/info: the bench warns, and reports what it cannot tell as unknown.
+				if !strings.Contains(progress, "warning: the coordinator has no GET /v1/info") ||
+					rep.Build != "unknown" || rep.GoVersion != "unknown" || rep.Store != "unknown" ||
+					!strings.Contains(progress, "build unknown, store unknown\n") {
+					t.Errorf("against a coordinator without GET /v1/info: build %q, Go %q, store %q; progress:\n%s", rep.Build, rep.GoVersion, rep.Store, progress)
 				}
 				return
 			}

@@ -5,7 +5,6 @@ import (
 	"io"
 	"math"
 	"math/bits"
-	"runtime/debug"
 	"sort"
 	"strings"
 	"sync"
@@ -151,7 +150,9 @@ func (s *benchStats) record(res *roundResult, measured bool) {
 // benchReport is what "coordinator bench" prints, as text or as JSON.
 type benchReport struct {
 	URL               string `json:"url"`
-	Build             string `json:"build"`
+	Build             string `json:"build"`      // the coordinator's version
+	GoVersion         string `json:"go_version"` // the Go release it was built with
+	Store             string `json:"store"`      // postgres or embedded
 	Jobs              int    `json:"jobs"`
 	Participants      int    `json:"participants"`
 	CommittablesBytes int    `json:"committables_bytes"`
@@ -208,7 +209,7 @@ func (r *benchRun) report(rss *rssSampler) *benchReport {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	rep := &benchReport{
-		URL: r.cfg.url, Build: buildRevision(),
+		URL: r.cfg.url, Build: r.target.Version, GoVersion: r.target.GoVersion, Store: r.target.Store,
 		Jobs: r.cfg.jobs, Participants: r.cfg.participants, CommittablesBytes: r.cfg.committablesBytes, JobPrefix: r.cfg.jobPrefix,
 		WarmupSeconds: r.cfg.warmup.Seconds(),
 		Rounds:        s.rounds, FailedRounds: s.failedRounds, Requests: s.requests, StateChanges: s.stateChanges,
@@ -272,33 +273,6 @@ func (r *benchRun) report(rss *rssSampler) *benchReport {
 	return rep
 }
 
-// buildRevision is the version control revision this binary was built from, if known.
-func buildRevision() string {
-	info, ok := debug.ReadBuildInfo()
-	if !ok {
-		return "unknown"
-	}
-	rev, modified := "", false
-	for _, s := range info.Settings {
-		switch s.Key {
-		case "vcs.revision":
-			rev = s.Value
-		case "vcs.modified":
-			modified = s.Value == "true"
-		}
-	}
-	if rev == "" {
-		return "unknown"
-	}
-	if len(rev) > 12 {
-		rev = rev[:12]
-	}
-	if modified {
-		rev += " (with uncommitted changes)"
-	}
-	return rev
-}
-
 var latencyLabels = map[string]string{
 	latRound:    "round (prepare..last ack)",
 	latDecision: "last vote -> decision seen",
@@ -309,8 +283,8 @@ var latencyLabels = map[string]string{
 }
 
 func (rep *benchReport) writeText(w io.Writer) {
-	fmt.Fprintf(w, "\ncoordinator bench: %s, %d jobs x %d participants, committables %d B, build %s\n",
-		rep.URL, rep.Jobs, rep.Participants, rep.CommittablesBytes, rep.Build)
+	fmt.Fprintf(w, "\ncoordinator bench: %s, %d jobs x %d participants, committables %d B, %s\n",
+		rep.URL, rep.Jobs, rep.Participants, rep.CommittablesBytes, describeTarget(rep.Build, rep.GoVersion, rep.Store))
 	fmt.Fprintf(w, "measured %.2fs after a %.1fs warm-up%s\n", rep.ElapsedSeconds, rep.WarmupSeconds, map[bool]string{true: " (interrupted)"}[rep.Interrupted])
 	fmt.Fprintf(w, "  rounds          %9d  %10.1f /s   (%d failed)\n", rep.Rounds, rep.RoundsPerSecond, rep.FailedRounds)
 	fmt.Fprintf(w, "  HTTP requests   %9d  %10.1f /s\n", rep.Requests, rep.RequestsPerSecond)

@@ -19,4 +19,6 @@ ENV COORDINATOR_LISTEN=:8080 \
     COORDINATOR_DATA_DIR=/var/lib/coordinator
 USER nonroot:nonroot
 EXPOSE 8080
+# GET /readyz on the port of COORDINATOR_LISTEN, within 5 s (there is no shell or curl here).
+HEALTHCHECK CMD ["/usr/local/bin/coordinator", "healthcheck"]
 ENTRYPOINT ["/usr/local/bin/coordinator"]

@@ -5,13 +5,15 @@
 //	coordinator migrate up|down|version [flags]
 //	coordinator bench [flags]
 //	coordinator seed --database-url URL --checkpoints N [flags]
+//	coordinator healthcheck [--url http://127.0.0.1:8080/readyz]
 //	coordinator version
 //
 // Run "coordinator --help" for every flag and its environment twin.
 //
-// This package is the service: its flags, wiring, signals and shutdown, and migrate. The
-// bench and seed commands are tools, in internal/loadtest; what every command shares (flags
-// with environment twins, exit statuses, keeping passwords out of messages) is internal/cli.
+// This package is the service: its flags, wiring, signals and shutdown, migrate, version,
+// and healthcheck for its container. The bench and seed commands are tools, in
+// internal/loadtest; what every command shares (flags with environment twins, exit
+// statuses, keeping passwords out of messages) is internal/cli.
 package main
 
 import (
@@ -84,6 +86,8 @@ func run(ctx context.Context, args, environ []string, stdout, stderr io.Writer) 
 		case "help":
 			usage(stdout, "serve")
 			return exitOK
+		case "healthcheck":
+			return healthcheckCommand(ctx, args[1:], environ, stdout, stderr)
 		case "version", "--version", "-version":
 			return versionCommand(args[1:], stdout, stderr)
 		}
@@ -143,7 +147,7 @@ func checkArgs(command string, rest []string) error {
 		return fmt.Errorf("migrate needs up, down or version, not %q", rest[0])
 	}
 	if len(rest) > 0 {
-		return fmt.Errorf("unexpected argument %q (commands: serve, migrate, bench, seed, version, help)", rest[0])
+		return fmt.Errorf("unexpected argument %q (commands: serve, migrate, bench, seed, healthcheck, version, help)", rest[0])
 	}
 	return nil
 }

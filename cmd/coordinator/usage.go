@@ -19,6 +19,8 @@ Usage:
                                              measure (see coordinator bench --help)
   coordinator seed --checkpoints N [flags]   add N committed checkpoints to a PostgreSQL database
                                              with SQL, for scale tests (see coordinator seed --help)
+  coordinator healthcheck [--url URL]        exit 0 if a running coordinator's /readyz answers 200,
+                                             1 otherwise: a container's HEALTHCHECK
   coordinator version, coordinator --version
                                              print the build's version and its Go release
   coordinator help                           this text

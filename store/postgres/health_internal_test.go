@@ -11,6 +11,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/twophase/coordinator/coordinator"
+	"github.com/twophase/coordinator/store/writehealth"
 )
 
 // TestStorageFailures: which database errors mean the store cannot write, and how they
@@ -44,32 +45,32 @@ func TestStorageFailures(t *testing.T) {
 	}
 }
 
-// TestWriteHealthHold: a storage failure is reported for writeFailureHold after the last
+// TestWriteHealthHold: a storage failure is reported for writehealth.Hold after the last
 // one; successes and other errors change nothing.
 func TestWriteHealthHold(t *testing.T) {
 	t.Parallel()
 	now := time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC)
-	h := writeHealth{now: func() time.Time { return now }}
+	h := writehealth.Record{Classify: storageFailure, Now: func() time.Time { return now }}
 	for _, err := range []error{nil, coordinator.ErrNotFound, &pgconn.PgError{Code: "23505"}, context.Canceled} {
-		h.note(err)
-		if got := h.check(); got != nil {
+		h.Note(err)
+		if got := h.Check(); got != nil {
 			t.Fatalf("after %v: %v", err, got)
 		}
 	}
-	h.note(coordinator.Unavailable(fmt.Errorf("commit: %w", &pgconn.PgError{Code: "53100", Message: "could not extend file"})))
-	now = now.Add(writeFailureHold / 2)
-	err := h.check()
+	h.Note(coordinator.Unavailable(fmt.Errorf("commit: %w", &pgconn.PgError{Code: "53100", Message: "could not extend file"})))
+	now = now.Add(writehealth.Hold / 2)
+	err := h.Check()
 	if !errors.Is(err, coordinator.ErrUnavailable) || !strings.Contains(err.Error(), "disk is full") {
 		t.Fatalf("within the hold: %v", err)
 	}
-	h.note(nil) // a write that succeeded may have written nothing: it proves nothing
-	h.note(&pgconn.PgError{Code: "25006"})
-	now = now.Add(writeFailureHold - time.Second)
-	if err := h.check(); !errors.Is(err, coordinator.ErrUnavailable) || !strings.Contains(err.Error(), "read-only") {
+	h.Note(nil) // a write that succeeded may have written nothing: it proves nothing
+	h.Note(&pgconn.PgError{Code: "25006"})
+	now = now.Add(writehealth.Hold - time.Second)
+	if err := h.Check(); !errors.Is(err, coordinator.ErrUnavailable) || !strings.Contains(err.Error(), "read-only") {
 		t.Fatalf("within the renewed hold: %v", err)
 	}
 	now = now.Add(time.Second)
-	if err := h.check(); err != nil {
+	if err := h.Check(); err != nil {
 		t.Fatalf("after the hold: %v", err)
 	}
 }

@@ -18,6 +18,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/twophase/coordinator/coordinator"
+	"github.com/twophase/coordinator/store/writehealth"
 )
 
 // channel is the NOTIFY channel on which decisions are announced, payload "origin job/id":
@@ -51,8 +52,8 @@ type Store struct {
 	broker    coordinator.Broker
 	cancel    context.CancelFunc
 	listened  chan struct{}
-	origin    string      // this process's name in announcements
-	health    writeHealth // what the writes met, for Ready
+	origin    string             // this process's name in announcements
+	health    writehealth.Record // what the writes met, for Ready
 }
 
 var _ coordinator.Store = (*Store)(nil)
@@ -78,7 +79,8 @@ func Open(ctx context.Context, url string, opts Options) (*Store, error) {
 		return nil, fmt.Errorf("open database pool: %w", err)
 	}
 	lctx, cancel := context.WithCancel(context.Background())
-	s := &Store{pool: pool, logger: opts.Logger, cancel: cancel, listened: make(chan struct{}), origin: rand.Text()}
+	s := &Store{pool: pool, logger: opts.Logger, cancel: cancel, listened: make(chan struct{}), origin: rand.Text(),
+		health: writehealth.Record{Classify: storageFailure}}
 	s.committer = newCommitter(s, opts.Writers, opts.MaxBatch)
 	go s.listen(lctx, cfg.ConnConfig.Copy())
 	return s, nil
@@ -199,7 +201,7 @@ const readOnlySQL = "SELECT pg_is_in_recovery(), current_setting('transaction_re
 // Ready implements coordinator.Store: the database answers, the schema is current, the
 // database accepts writes (it is no standby, its transactions are not read-only by
 // default) and no write failed for want of storage or on a read-only database in the last
-// writeFailureHold (see writeHealth). It writes nothing itself. Otherwise it returns an
+// writehealth.Hold. It writes nothing itself. Otherwise it returns an
 // error wrapping coordinator.ErrUnavailable whose message says which.
 func (s *Store) Ready(ctx context.Context) error {
 	var version int64
@@ -231,13 +233,13 @@ func (s *Store) Ready(ctx context.Context) error {
 			Message: "the database cannot be written: its transactions are read-only (default_transaction_read_only)",
 			Err:     errors.New("transaction_read_only is on")}
 	}
-	return s.health.check()
+	return s.health.Check()
 }
 
 // Update implements coordinator.Store. Updates are group-committed: see committer.
 func (s *Store) Update(ctx context.Context, job string, checkpoint int64, fn func(tx coordinator.JobTx) error) error {
 	err := s.committer.update(ctx, job, checkpoint, fn)
-	s.health.note(err)
+	s.health.Note(err)
 	return err
 }
 
@@ -293,7 +295,7 @@ func (s *Store) PutJob(ctx context.Context, name string, cfg coordinator.JobConf
 		job, err = getJob(ctx, tx, name)
 		return err
 	})
-	s.health.note(err)
+	s.health.Note(err)
 	// Its version changed: what the committer cached of it is stale.
 	s.committer.cache.forget(name)
 	if err != nil {

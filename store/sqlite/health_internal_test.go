@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/twophase/coordinator/coordinator"
+	"github.com/twophase/coordinator/store/writehealth"
 )
 
 // TestReadyReportsAFullDisk fills the database (max_page_count on the writer's one
@@ -67,7 +68,7 @@ func TestReadyReportsAFullDisk(t *testing.T) {
 		t.Fatalf("after the failed vote (reads still work): %+v %v", cp, err)
 	}
 
-	// Room again: writes succeed at once; Ready follows within writeFailureHold
+	// Room again: writes succeed at once; Ready follows within writehealth.Hold
 	// (TestWriteHealthHold).
 	if _, err := st.writer.ExecContext(ctx, "PRAGMA max_page_count = 1073741823"); err != nil {
 		t.Fatal(err)
@@ -77,34 +78,34 @@ func TestReadyReportsAFullDisk(t *testing.T) {
 	}
 }
 
-// TestWriteHealthHold: a storage failure is reported for writeFailureHold after the last
+// TestWriteHealthHold: a storage failure is reported for writehealth.Hold after the last
 // one, and nothing else is a storage failure.
 func TestWriteHealthHold(t *testing.T) {
 	t.Parallel()
 	now := time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC)
-	h := writeHealth{now: func() time.Time { return now }}
+	h := writehealth.Record{Classify: storageFailure, Now: func() time.Time { return now }}
 	for _, err := range []error{nil, coordinator.ErrNotFound, coordinator.ErrFenced, context.Canceled,
 		coordinator.Unavailable(errClosed), errors.New("constraint failed")} {
-		h.note(err)
-		if got := h.check(); got != nil {
+		h.Note(err)
+		if got := h.Check(); got != nil {
 			t.Fatalf("after %v: %v", err, got)
 		}
 	}
-	h.note(coordinator.Unavailable(fmt.Errorf("commit: %w", syscall.ENOSPC)))
-	now = now.Add(writeFailureHold / 2)
-	if err := h.check(); !errors.Is(err, coordinator.ErrUnavailable) || !strings.Contains(err.Error(), "disk is full") {
+	h.Note(coordinator.Unavailable(fmt.Errorf("commit: %w", syscall.ENOSPC)))
+	now = now.Add(writehealth.Hold / 2)
+	if err := h.Check(); !errors.Is(err, coordinator.ErrUnavailable) || !strings.Contains(err.Error(), "disk is full") {
 		t.Fatalf("within the hold: %v", err)
 	}
-	h.note(fmt.Errorf("write: %w", syscall.EROFS)) // renews it
-	now = now.Add(writeFailureHold - time.Second)
-	if err := h.check(); !errors.Is(err, coordinator.ErrUnavailable) || !strings.Contains(err.Error(), "read-only") {
+	h.Note(fmt.Errorf("write: %w", syscall.EROFS)) // renews it
+	now = now.Add(writehealth.Hold - time.Second)
+	if err := h.Check(); !errors.Is(err, coordinator.ErrUnavailable) || !strings.Contains(err.Error(), "read-only") {
 		t.Fatalf("within the renewed hold: %v", err)
 	}
 	now = now.Add(time.Second)
-	if err := h.check(); err != nil {
+	if err := h.Check(); err != nil {
 		t.Fatalf("after the hold: %v", err)
 	}
-	if err := h.check(); err != nil {
+	if err := h.Check(); err != nil {
 		t.Fatalf("after the hold, again: %v", err)
 	}
 }

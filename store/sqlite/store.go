@@ -39,6 +39,7 @@ import (
 
 	"github.com/twophase/coordinator/coordinator"
 	"github.com/twophase/coordinator/store/groupcommit"
+	"github.com/twophase/coordinator/store/writehealth"
 )
 
 // File names inside the data directory.
@@ -80,7 +81,7 @@ type Store struct {
 	queue   *groupcommit.Queue // updates for the writer (committer.go)
 	stop    chan struct{}      // closed by Close
 	written chan struct{}      // closed when the writer has stopped
-	health  writeHealth        // what the writes met, for Ready
+	health  writehealth.Record // what the writes met, for Ready
 
 	closeOnce sync.Once
 	closed    atomic.Bool
@@ -111,7 +112,7 @@ func Open(ctx context.Context, dataDir string, opts Options) (*Store, error) {
 	if err != nil {
 		return nil, err
 	}
-	s := &Store{dir: dir, path: filepath.Join(dir, DatabaseFileName), lock: lock, logger: opts.Logger,
+	s := &Store{health: writehealth.Record{Classify: storageFailure}, dir: dir, path: filepath.Join(dir, DatabaseFileName), lock: lock, logger: opts.Logger,
 		stop: make(chan struct{}), written: make(chan struct{})}
 	s.queue = groupcommit.NewQueue(s.stop)
 	if err := s.open(ctx, opts); err != nil {
@@ -280,7 +281,7 @@ func (s *Store) Subscribe(job string, id int64) *coordinator.Subscription {
 
 // Ready implements coordinator.Store: the database answers, its schema is current and
 // no write failed for want of storage (a full disk, an I/O error, a read-only or corrupt
-// file) in the last writeFailureHold. It writes nothing itself. Otherwise it returns an
+// file) in the last writehealth.Hold. It writes nothing itself. Otherwise it returns an
 // error wrapping coordinator.ErrUnavailable whose message says which, without a path.
 func (s *Store) Ready(ctx context.Context) error {
 	if err := s.checkOpen(); err != nil {
@@ -295,7 +296,7 @@ func (s *Store) Ready(ctx context.Context) error {
 			Message: fmt.Sprintf("the schema is at version %d%s, this build needs %d", version, dirtyNote(dirty), SchemaVersion),
 			Err:     ErrSchemaVersion}
 	}
-	return s.health.check()
+	return s.health.Check()
 }
 
 // maxAttempts bounds how often a transaction that met SQLITE_BUSY is run again.
@@ -307,7 +308,7 @@ func (s *Store) Update(ctx context.Context, job string, checkpoint int64, fn fun
 		return err
 	}
 	err := s.update(ctx, job, checkpoint, fn)
-	s.health.note(err)
+	s.health.Note(err)
 	return err
 }
 
@@ -389,7 +390,7 @@ func (s *Store) PutJob(ctx context.Context, name string, cfg coordinator.JobConf
 		job, err = getJob(ctx, tx, name)
 		return err
 	})
-	s.health.note(err)
+	s.health.Note(err)
 	if err != nil {
 		return nil, false, translate(fmt.Errorf("put job %s: %w", name, err))
 	}

@@ -3,6 +3,7 @@ package postgres_test
 import (
 	"context"
 	"testing"
+	"time"
 
 	"github.com/twophase/coordinator/coordinator"
 	"github.com/twophase/coordinator/store/pgtest"
@@ -18,6 +19,9 @@ func TestConformance(t *testing.T) {
 		st, err := postgres.Open(context.Background(), pgtest.URL(t), postgres.Options{})
 		if err != nil {
 			t.Fatalf("open the Postgres store: %v", err)
+		}
+		if !postgres.WaitListening(st, 10*time.Second) {
+			t.Fatal("the store's decision listener did not listen within 10 s")
 		}
 		return st
 	})

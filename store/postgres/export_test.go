@@ -10,3 +10,19 @@ func SetClockBehind(s *Store, d time.Duration) {
 	defer c.mu.Unlock()
 	c.db = c.db.Add(-d)
 }
+
+// WaitListening waits, up to d, until the store's decision listener listens: before, its
+// start wakes every waiter (a store may have missed announcements), which tests of what a
+// waiter is handed must not mistake for a wake-up by a decision.
+func WaitListening(s *Store, d time.Duration) bool {
+	for deadline := time.Now().Add(d); time.Now().Before(deadline); time.Sleep(time.Millisecond) {
+		c := s.committer.cache
+		c.mu.Lock()
+		on := c.listening
+		c.mu.Unlock()
+		if on {
+			return true
+		}
+	}
+	return false
+}

@@ -33,7 +33,7 @@ type bundle struct {
 }
 
 // storeKinds are the stores every HTTP test runs on: the same behaviour is asserted of
-// both (issue 3's conformance at the HTTP level).
+// both (the conformance suite, at the HTTP level).
 var storeKinds = []string{"postgres", "embedded"}
 
 // onEachStore runs test once per store, as subtests named after the store; setup reads

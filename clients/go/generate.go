@@ -1,5 +1,6 @@
-// Package coordinatorclient is the Go client of the coordinator: the generated HTTP client
-// (client.gen.go, from openapi.yaml) and helpers for participants.
 package coordinatorclient
+
+// client.gen.go is generated from openapi.yaml with the options in oapi-codegen.yaml.
+// The package documentation is in doc.go.
 
 //go:generate go tool oapi-codegen -config oapi-codegen.yaml ../../openapi.yaml

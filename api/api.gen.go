@@ -309,7 +309,8 @@ type Problem struct {
 	// `vote_conflict`, `fenced`, `not_registered`, `already_decided`, `not_decided`,
 	// `votes_missing`, `lower_checkpoint_open`, `too_many_checkpoints`,
 	// `idempotency_conflict`, `job_busy`, `payload_too_large`,
-	// `unsupported_media_type`, `unavailable`, `internal`.
+	// `unsupported_media_type`, `unavailable`, `internal`. The page `type` names
+	// (and docs/problems.md) says what each means and what to do.
 	//
 	//
 	// Example: fenced
@@ -329,9 +330,13 @@ type Problem struct {
 	Status    int       `json:"status"`
 	Title     string    `json:"title"`
 
-	// Type A URI reference naming the problem type.
+	// Type A URI reference naming the problem type: `/problems/{code}`, relative, so that
+	// it resolves against the URL the request was sent to, to the page about the code
+	// that the answering coordinator serves (`GET /problems/{code}`, HTML). It is not
+	// made absolute from the request's `Host`, which the client controls.
 	//
-	// Example: https://twophase.dev/problems/fenced
+	//
+	// Example: /problems/fenced
 	Type string `json:"type"`
 }
 
@@ -452,6 +457,12 @@ type ServerInterface interface {
 	// GetHealthz Liveness.
 	// (GET /healthz)
 	GetHealthz(w http.ResponseWriter, r *http.Request)
+	// ListProblemTypes The problem types, one line each.
+	// (GET /problems)
+	ListProblemTypes(w http.ResponseWriter, r *http.Request)
+	// GetProblemType What a problem code means and what to do about it.
+	// (GET /problems/{code})
+	GetProblemType(w http.ResponseWriter, r *http.Request, code string)
 	// GetReadyz Readiness.
 	// (GET /readyz)
 	GetReadyz(w http.ResponseWriter, r *http.Request)
@@ -509,6 +520,18 @@ type Unimplemented struct{}
 // GetHealthz Liveness.
 // (GET /healthz)
 func (_ Unimplemented) GetHealthz(w http.ResponseWriter, r *http.Request) {
+	w.WriteHeader(http.StatusNotImplemented)
+}
+
+// ListProblemTypes The problem types, one line each.
+// (GET /problems)
+func (_ Unimplemented) ListProblemTypes(w http.ResponseWriter, r *http.Request) {
+	w.WriteHeader(http.StatusNotImplemented)
+}
+
+// GetProblemType What a problem code means and what to do about it.
+// (GET /problems/{code})
+func (_ Unimplemented) GetProblemType(w http.ResponseWriter, r *http.Request, code string) {
 	w.WriteHeader(http.StatusNotImplemented)
 }
 
@@ -622,6 +645,46 @@ func (siw *ServerInterfaceWrapper) GetHealthz(w http.ResponseWriter, r *http.Req
 
 	handler := http.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		siw.Handler.GetHealthz(w, r)
+	}))
+
+	for _, middleware := range siw.HandlerMiddlewares {
+		handler = middleware(handler)
+	}
+
+	handler.ServeHTTP(w, r)
+}
+
+// ListProblemTypes operation middleware
+func (siw *ServerInterfaceWrapper) ListProblemTypes(w http.ResponseWriter, r *http.Request) {
+
+	handler := http.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		siw.Handler.ListProblemTypes(w, r)
+	}))
+
+	for _, middleware := range siw.HandlerMiddlewares {
+		handler = middleware(handler)
+	}
+
+	handler.ServeHTTP(w, r)
+}
+
+// GetProblemType operation middleware
+func (siw *ServerInterfaceWrapper) GetProblemType(w http.ResponseWriter, r *http.Request) {
+
+	var err error
+	_ = err
+
+	// ------------- Path parameter "code" -------------
+	var code string
+
+	err = runtime.BindStyledParameterWithOptions("simple", "code", chi.URLParam(r, "code"), &code, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationPath, Explode: false, Required: true, Type: "string", Format: "", ValueIsUnescaped: r.URL.RawPath == ""})
+	if err != nil {
+		siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "code", Err: err})
+		return
+	}
+
+	handler := http.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		siw.Handler.GetProblemType(w, r, code)
 	}))
 
 	for _, middleware := range siw.HandlerMiddlewares {
@@ -1403,6 +1466,12 @@ func HandlerWithOptions(si ServerInterface, options ChiServerOptions) http.Handl
 	r.Group(func(r chi.Router) {
 		r.Get(options.BaseURL+"/readyz", wrapper.GetReadyz)
 	})
+	r.Group(func(r chi.Router) {
+		r.Get(options.BaseURL+"/problems", wrapper.ListProblemTypes)
+	})
+	r.Group(func(r chi.Router) {
+		r.Get(options.BaseURL+"/problems/{code}", wrapper.GetProblemType)
+	})
 
 	return r
 }
@@ -1444,6 +1513,103 @@ type GetHealthzdefaultApplicationProblemPlusJSONResponse struct {
 }
 
 func (response GetHealthzdefaultApplicationProblemPlusJSONResponse) VisitGetHealthzResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	if response.Headers.RetryAfter != nil {
+		w.Header().Set("Retry-After", fmt.Sprint(*response.Headers.RetryAfter))
+	}
+	w.WriteHeader(response.StatusCode)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type ListProblemTypesRequestObject struct {
+}
+
+type ListProblemTypesResponseObject interface {
+	VisitListProblemTypesResponse(w http.ResponseWriter) error
+}
+
+type ListProblemTypes200TexthtmlResponse struct {
+	Body          io.Reader
+	ContentLength int64
+}
+
+func (response ListProblemTypes200TexthtmlResponse) VisitListProblemTypesResponse(w http.ResponseWriter) error {
+
+	w.Header().Set("Content-Type", "text/html")
+	if response.ContentLength != 0 {
+		w.Header().Set("Content-Length", fmt.Sprint(response.ContentLength))
+	}
+	w.WriteHeader(200)
+
+	if closer, ok := response.Body.(io.ReadCloser); ok {
+		defer closer.Close()
+	}
+	_, err := io.Copy(w, response.Body)
+	return err
+}
+
+type ListProblemTypesdefaultApplicationProblemPlusJSONResponse struct {
+	Body       Problem
+	Headers    ProblemResponseHeaders
+	StatusCode int
+}
+
+func (response ListProblemTypesdefaultApplicationProblemPlusJSONResponse) VisitListProblemTypesResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	if response.Headers.RetryAfter != nil {
+		w.Header().Set("Retry-After", fmt.Sprint(*response.Headers.RetryAfter))
+	}
+	w.WriteHeader(response.StatusCode)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type GetProblemTypeRequestObject struct {
+	Code string `json:"code"`
+}
+
+type GetProblemTypeResponseObject interface {
+	VisitGetProblemTypeResponse(w http.ResponseWriter) error
+}
+
+type GetProblemType200TexthtmlResponse struct {
+	Body          io.Reader
+	ContentLength int64
+}
+
+func (response GetProblemType200TexthtmlResponse) VisitGetProblemTypeResponse(w http.ResponseWriter) error {
+
+	w.Header().Set("Content-Type", "text/html")
+	if response.ContentLength != 0 {
+		w.Header().Set("Content-Length", fmt.Sprint(response.ContentLength))
+	}
+	w.WriteHeader(200)
+
+	if closer, ok := response.Body.(io.ReadCloser); ok {
+		defer closer.Close()
+	}
+	_, err := io.Copy(w, response.Body)
+	return err
+}
+
+type GetProblemTypedefaultApplicationProblemPlusJSONResponse struct {
+	Body       Problem
+	Headers    ProblemResponseHeaders
+	StatusCode int
+}
+
+func (response GetProblemTypedefaultApplicationProblemPlusJSONResponse) VisitGetProblemTypeResponse(w http.ResponseWriter) error {
 
 	var buf bytes.Buffer
 	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
@@ -2174,6 +2340,12 @@ type StrictServerInterface interface {
 	// GetHealthz Liveness.
 	// (GET /healthz)
 	GetHealthz(ctx context.Context, request GetHealthzRequestObject) (GetHealthzResponseObject, error)
+	// ListProblemTypes The problem types, one line each.
+	// (GET /problems)
+	ListProblemTypes(ctx context.Context, request ListProblemTypesRequestObject) (ListProblemTypesResponseObject, error)
+	// GetProblemType What a problem code means and what to do about it.
+	// (GET /problems/{code})
+	GetProblemType(ctx context.Context, request GetProblemTypeRequestObject) (GetProblemTypeResponseObject, error)
 	// GetReadyz Readiness.
 	// (GET /readyz)
 	GetReadyz(ctx context.Context, request GetReadyzRequestObject) (GetReadyzResponseObject, error)
@@ -2280,6 +2452,56 @@ func (sh *strictHandler) GetHealthz(w http.ResponseWriter, r *http.Request) {
 		sh.options.ResponseErrorHandlerFunc(w, r, err)
 	} else if validResponse, ok := response.(GetHealthzResponseObject); ok {
 		if err := validResponse.VisitGetHealthzResponse(w); err != nil {
+			sh.options.ResponseErrorHandlerFunc(w, r, err)
+		}
+	} else if response != nil {
+		sh.options.ResponseErrorHandlerFunc(w, r, fmt.Errorf("unexpected response type: %T", response))
+	}
+}
+
+// ListProblemTypes operation middleware
+func (sh *strictHandler) ListProblemTypes(w http.ResponseWriter, r *http.Request) {
+	var request ListProblemTypesRequestObject
+
+	handler := func(ctx context.Context, w http.ResponseWriter, r *http.Request, request interface{}) (interface{}, error) {
+		return sh.ssi.ListProblemTypes(ctx, request.(ListProblemTypesRequestObject))
+	}
+	for _, middleware := range sh.middlewares {
+		handler = middleware(handler, "ListProblemTypes")
+	}
+
+	response, err := handler(r.Context(), w, r, request)
+
+	if err != nil {
+		sh.options.ResponseErrorHandlerFunc(w, r, err)
+	} else if validResponse, ok := response.(ListProblemTypesResponseObject); ok {
+		if err := validResponse.VisitListProblemTypesResponse(w); err != nil {
+			sh.options.ResponseErrorHandlerFunc(w, r, err)
+		}
+	} else if response != nil {
+		sh.options.ResponseErrorHandlerFunc(w, r, fmt.Errorf("unexpected response type: %T", response))
+	}
+}
+
+// GetProblemType operation middleware
+func (sh *strictHandler) GetProblemType(w http.ResponseWriter, r *http.Request, code string) {
+	var request GetProblemTypeRequestObject
+
+	request.Code = code
+
+	handler := func(ctx context.Context, w http.ResponseWriter, r *http.Request, request interface{}) (interface{}, error) {
+		return sh.ssi.GetProblemType(ctx, request.(GetProblemTypeRequestObject))
+	}
+	for _, middleware := range sh.middlewares {
+		handler = middleware(handler, "GetProblemType")
+	}
+
+	response, err := handler(r.Context(), w, r, request)
+
+	if err != nil {
+		sh.options.ResponseErrorHandlerFunc(w, r, err)
+	} else if validResponse, ok := response.(GetProblemTypeResponseObject); ok {
+		if err := validResponse.VisitGetProblemTypeResponse(w); err != nil {
 			sh.options.ResponseErrorHandlerFunc(w, r, err)
 		}
 	} else if response != nil {

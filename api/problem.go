@@ -22,37 +22,189 @@ const (
 	codeInternal             = "internal"
 )
 
-// problemTypeBase prefixes a code to name its problem type (RFC 9457 "type").
-const problemTypeBase = "https://twophase.dev/problems/"
+// problemTypeBase prefixes a code to name its problem type (RFC 9457 "type"): the path of
+// the page about the code that every coordinator serves (problemPages). It is a relative
+// reference, resolved against the request's URI, so that it names the coordinator that
+// answered without trusting the client's Host header.
+const problemTypeBase = "/problems/"
 
-// problemKind is how one code is answered.
+// problemKind is how one code is answered, and what its page says.
 type problemKind struct {
+	code   string
 	status int
 	title  string
+	// when, retry and action are the page about the code (GET /problems/{code}, and
+	// docs/problems.md): when the code is answered, whether to retry the request as it was,
+	// and what to do instead. Text between backquotes is code. TestProblemPages checks
+	// that none is missing.
+	when, retry, action string
 }
 
-// problemKinds is the one table from a problem code to its HTTP status. Every error any
-// part of this package answers goes through it (see problemFor), so a code always has
-// the same status whoever produced it.
-var problemKinds = map[string]problemKind{
-	codeInvalidRequest:                          {http.StatusBadRequest, "Invalid request"},
-	codeNotFound:                                {http.StatusNotFound, "Not found"},
-	codeMethodNotAllowed:                        {http.StatusMethodNotAllowed, "Method not allowed"},
-	string(coordinator.CodeVoteConflict):        {http.StatusConflict, "Vote conflict"},
-	string(coordinator.CodeFenced):              {http.StatusConflict, "Fenced: stale epoch"},
-	string(coordinator.CodeNotRegistered):       {http.StatusConflict, "Participant not registered"},
-	string(coordinator.CodeAlreadyDecided):      {http.StatusConflict, "Checkpoint already decided"},
-	string(coordinator.CodeNotDecided):          {http.StatusConflict, "Checkpoint not decided"},
-	string(coordinator.CodeVotesMissing):        {http.StatusConflict, "Votes missing"},
-	string(coordinator.CodeLowerCheckpointOpen): {http.StatusConflict, "Lower checkpoint still open"},
-	string(coordinator.CodeTooManyCheckpoints):  {http.StatusConflict, "Too many checkpoints preparing"},
-	string(coordinator.CodeIdempotencyConflict): {http.StatusConflict, "Idempotency-Key reused"},
-	string(coordinator.CodeJobBusy):             {http.StatusConflict, "Job busy"},
-	codePayloadTooLarge:                         {http.StatusRequestEntityTooLarge, "Payload too large"},
-	codeUnsupportedMediaType:                    {http.StatusUnsupportedMediaType, "Unsupported media type"},
-	codeUnavailable:                             {http.StatusServiceUnavailable, "Service unavailable"},
-	codeInternal:                                {http.StatusInternalServerError, "Internal server error"},
+// problemTable lists every code the coordinator answers, in the order of its pages.
+var problemTable = []problemKind{
+	{
+		code: codeInvalidRequest, status: http.StatusBadRequest, title: "Invalid request",
+		when: "The request is not one the coordinator accepts as it is: malformed JSON, unknown or " +
+			"repeated fields, fields in the wrong case, `null` or wrong types, a value out of bounds, " +
+			"a job or participant name that does not match `^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$`, " +
+			"a checkpoint id below 1, a parameter or header that does not parse, a query parameter " +
+			"the operation does not declare (`?limt=5`), or a query string that does not parse. " +
+			"The member `errors` lists what is wrong, field by field, and `detail` spells it out.",
+		retry: "No: the same request gets the same answer. It changed nothing.",
+		action: "Fix the fields that `errors` names and send the corrected request. " +
+			"The operations and their parameters are in `openapi.yaml`.",
+	},
+	{
+		code: codeNotFound, status: http.StatusNotFound, title: "Not found",
+		when: "No such job, checkpoint, or participant of the job or of the checkpoint (a checkpoint " +
+			"keeps the participants its job had when it was opened), or no such path, or no such " +
+			"problem code under `/problems`.",
+		retry: "No, not as it is: it answers the same until the job or checkpoint exists.",
+		action: "Check the names and the id. Create a job with `PUT /v1/jobs/{job}`; a participant " +
+			"must be in the job's `participants`; checkpoint ids are those `POST /v1/jobs/{job}/checkpoints` " +
+			"returned. `GET /v1/jobs` and `GET /v1/jobs/{job}/checkpoints` list what exists.",
+	},
+	{
+		code: codeMethodNotAllowed, status: http.StatusMethodNotAllowed, title: "Method not allowed",
+		when:   "The path exists, but not with this method. The `Allow` header lists the methods it takes.",
+		retry:  "No.",
+		action: "Use one of the methods in `Allow` (every `GET` also answers `HEAD`).",
+	},
+	{
+		code: string(coordinator.CodeVoteConflict), status: http.StatusConflict, title: "Vote conflict",
+		when: "A participant that already voted on the checkpoint sent a different vote (another kind, " +
+			"or other committables). The vote recorded first stands, and `checkpoint` shows it. The " +
+			"same vote again is no conflict: it answers 200.",
+		retry: "No: a vote is never changed.",
+		action: "This is a bug in the participant: it must send the same vote on every attempt. " +
+			"Go on from the vote the checkpoint records.",
+	},
+	{
+		code: string(coordinator.CodeFenced), status: http.StatusConflict, title: "Fenced: stale epoch",
+		when: "A vote or ack carried an epoch that is not the participant's current one: the participant " +
+			"registered again since (each registration gives a new epoch), normally as a newer instance " +
+			"of it. Fencing is checked before idempotency, so even a repeat of an accepted request is " +
+			"refused. `checkpoint` shows the checkpoint.",
+		retry: "No: no request with this epoch will be accepted again.",
+		action: "Stop this instance: stop writing and leave its prepared work alone, which is the newer " +
+			"instance's to resolve. If no other instance runs, register again " +
+			"(`POST /v1/jobs/{job}/participants/{participant}/register`) and start over from what " +
+			"`pending` lists.",
+	},
+	{
+		code: string(coordinator.CodeNotRegistered), status: http.StatusConflict, title: "Participant not registered",
+		when:  "A vote or ack from a participant that never registered, or one with epoch 0.",
+		retry: "No, not before registering.",
+		action: "Register (`POST /v1/jobs/{job}/participants/{participant}/register`) on every start, " +
+			"and send the epoch it returns with every vote and ack. Then do what its `pending` lists.",
+	},
+	{
+		code: string(coordinator.CodeAlreadyDecided), status: http.StatusConflict, title: "Checkpoint already decided",
+		when: "A first vote on a checkpoint that is already decided, also one aborted because its " +
+			"deadline passed before the vote came; or a decision that would reverse one (a commit of an " +
+			"aborted checkpoint, an abort of a committing or committed one). `checkpoint` shows the " +
+			"checkpoint as it stands.",
+		retry: "No: a decision is never reversed.",
+		action: "After a vote: if `checkpoint` does not show your `prepared` vote, the vote was never " +
+			"counted: roll that prepared work back yourself, since nobody will ask for it. After a commit " +
+			"or an abort: the checkpoint's `status` is the decision; go by it.",
+	},
+	{
+		code: string(coordinator.CodeNotDecided), status: http.StatusConflict, title: "Checkpoint not decided",
+		when:  "An ack on a checkpoint that is still `preparing`.",
+		retry: "Yes, once the checkpoint is decided and the decision applied.",
+		action: "Wait for the decision (`GET /v1/jobs/{job}/checkpoints/{id}?wait_ms=10000` answers as " +
+			"soon as it is decided), apply it, then ack. Never ack what you have not applied.",
+	},
+	{
+		code: string(coordinator.CodeVotesMissing), status: http.StatusConflict, title: "Votes missing",
+		when: "A commit (`POST .../commit`) of a checkpoint without a `prepared` vote from every " +
+			"participant. `missing` names those without one, and `checkpoint` shows the checkpoint.",
+		retry: "Yes, once the missing participants have voted `prepared`.",
+		action: "Wait for their votes (a long-poll on the checkpoint), or abort the checkpoint. A job " +
+			"with `auto_commit` commits by itself once every vote is in.",
+	},
+	{
+		code: string(coordinator.CodeLowerCheckpointOpen), status: http.StatusConflict, title: "Lower checkpoint still open",
+		when: "A commit while a lower checkpoint of the job is still `preparing` (with " +
+			"`max_concurrent_checkpoints` above 1): checkpoints commit in order.",
+		retry: "Yes, once every lower checkpoint is decided.",
+		action: "Decide the lower checkpoints first, or wait for them. Aborting one of them aborts " +
+			"this one too.",
+	},
+	{
+		code: string(coordinator.CodeTooManyCheckpoints), status: http.StatusConflict, title: "Too many checkpoints preparing",
+		when: "Opening a checkpoint (`POST /v1/jobs/{job}/checkpoints`) while the job's " +
+			"`max_concurrent_checkpoints` are `preparing`. `checkpoint` shows the newest of them.",
+		retry: "Yes, later, once one of them is decided; the same `Idempotency-Key` may be used again, " +
+			"since the refusal opened nothing.",
+		action: "Skip this checkpoint, or wait until one is decided (the Go library's `Trigger` skips " +
+			"the tick). Raise `max_concurrent_checkpoints` if it happens often.",
+	},
+	{
+		code: string(coordinator.CodeIdempotencyConflict), status: http.StatusConflict, title: "Idempotency-Key reused",
+		when: "An `Idempotency-Key` already used on this job to open a checkpoint came with another " +
+			"request body.",
+		retry: "No, not with this key and this body.",
+		action: "Send the same key only to retry the same request, body and all; use a new key for " +
+			"each checkpoint you mean to open.",
+	},
+	{
+		code: string(coordinator.CodeJobBusy), status: http.StatusConflict, title: "Job busy",
+		when: "Deleting a job on which something is owed: a checkpoint `preparing` or `committing`, " +
+			"or an aborted one with a `prepared` vote not yet acked.",
+		retry: "Yes, once nothing is owed.",
+		action: "Abort the `preparing` checkpoints, let the participants apply and ack what their " +
+			"`pending` lists (`GET /v1/checkpoints` shows what is open), then delete the job again.",
+	},
+	{
+		code: codePayloadTooLarge, status: http.StatusRequestEntityTooLarge, title: "Payload too large",
+		when:  "A request body larger than the coordinator's `--max-body-bytes` (1 MiB unless set).",
+		retry: "No: the same body gets the same answer.",
+		action: "Send a smaller body: committables should name prepared data (a transaction id, a file " +
+			"name), not carry it. Or start the coordinator with a larger `--max-body-bytes`.",
+	},
+	{
+		code: codeUnsupportedMediaType, status: http.StatusUnsupportedMediaType, title: "Unsupported media type",
+		when:   "A request body not declared as JSON.",
+		retry:  "No, not without the header.",
+		action: "Send `Content-Type: application/json` (or another `application/*+json` type) with the body.",
+	},
+	{
+		code: codeUnavailable, status: http.StatusServiceUnavailable, title: "Service unavailable",
+		when: "The database cannot be reached or refuses writes (its disk is full, it is read-only), " +
+			"or the request ran out of the coordinator's `--request-timeout` (its job's row locked " +
+			"elsewhere, say). `/readyz` answers it while the coordinator is not ready. The `detail` " +
+			"says whether the request may have been applied.",
+		retry: "Yes, as it was (same body, same `Idempotency-Key`), after the `Retry-After` seconds " +
+			"and with backoff. That is safe even when it may have been applied: votes, acks, commits " +
+			"and aborts are idempotent, a prepare with an `Idempotency-Key` is, and a registration " +
+			"retried only gives one epoch more.",
+		action: "Retry. If it lasts, look at the database and the coordinator's log (under the " +
+			"problem's `request_id`).",
+	},
+	{
+		code: codeInternal, status: http.StatusInternalServerError, title: "Internal server error",
+		when: "A bug in the coordinator. The `detail` is generic; the coordinator's log has the error " +
+			"under the problem's `request_id`.",
+		retry:  "Yes, as it was and with backoff, as after any 5xx; it may fail again.",
+		action: "Report it with the `request_id` and the log line that names it.",
+	},
 }
+
+// problemKinds is problemTable by code: the one table from a problem code to its HTTP
+// status. Every error any part of this package answers goes through it (see problemFor),
+// so a code always has the same status whoever produced it.
+var problemKinds = func() map[string]problemKind {
+	kinds := make(map[string]problemKind, len(problemTable))
+	for _, k := range problemTable {
+		if _, dup := kinds[k.code]; dup {
+			panic("api: problem code " + k.code + " twice in problemTable")
+		}
+		kinds[k.code] = k
+	}
+	return kinds
+}()
 
 // retryAfterSeconds is sent as Retry-After with every 503.
 const retryAfterSeconds = 1

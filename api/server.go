@@ -19,8 +19,9 @@ import (
 // error is returned as is; the strict handler's ResponseErrorHandlerFunc answers it with
 // the problem table (problemFor).
 type server struct {
-	svc   *coordinator.Service
-	build *BuildInfo // for GET /v1/info; nil: not known
+	problemPages // GET /problems and /problems/{code}
+	svc          *coordinator.Service
+	build        *BuildInfo // for GET /v1/info; nil: not known
 }
 
 var _ StrictServerInterface = (*server)(nil)

@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
+	"net/url"
 	"strconv"
 	"strings"
 	"testing"
@@ -88,6 +89,8 @@ type answer struct {
 	status int
 	header http.Header
 	body   []byte
+	// url is the request's: a problem's type resolves against it.
+	url *url.URL
 }
 
 // call sends a raw request. body "" sends none; contentType "" sends no Content-Type.
@@ -123,7 +126,7 @@ func (b *bundle) call(t *testing.T, method, path, contentType, body string, head
 		ct != "application/json" && ct != "application/problem+json" {
 		t.Errorf("%s %s: Content-Type %q", method, path, ct)
 	}
-	return answer{status: resp.StatusCode, header: resp.Header, body: got}
+	return answer{status: resp.StatusCode, header: resp.Header, body: got, url: req.URL}
 }
 
 // json sends body as curl --json does.
@@ -147,10 +150,13 @@ func (a answer) ok(t *testing.T, status int, v any) {
 	}
 }
 
-// problem checks a problem answer and returns it.
+// problem checks a problem answer, and that its type resolves against the request's URL to
+// the page about its code on the server that answered; it returns the problem.
 func (a answer) problem(t *testing.T, status int, code string) Problem {
 	t.Helper()
-	return decodeProblem(t, &http.Response{StatusCode: a.status, Header: a.header, Body: io.NopCloser(bytes.NewReader(a.body))}, status, code)
+	p := decodeProblem(t, &http.Response{StatusCode: a.status, Header: a.header, Body: io.NopCloser(bytes.NewReader(a.body))}, status, code)
+	checkProblemTypeResolves(t, http.DefaultClient, a.url, p)
+	return p
 }
 
 func (b *bundle) checkpoint(t *testing.T, job string, id int64) Checkpoint {

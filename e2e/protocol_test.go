@@ -842,6 +842,60 @@ func TestProtocol(t *testing.T) {
 		a.mustDo(t, "GET", "/readyz", "", 200, nil)
 	})
 
+	t.Run("problem pages", func(t *testing.T) {
+		t.Parallel()
+		ctx := context.Background()
+		// A problem's type resolves, against the URL of the request, to the page about its
+		// code on the coordinator that answered: HTML, no script, HEAD alike.
+		for _, r := range []request{
+			{method: "GET", path: jobPath("no-such-job")},
+			{method: "DELETE", path: "/healthz"},
+			{method: "GET", path: "/v1/jobs?limt=5"},
+			{method: "PUT", path: jobPath("pages"), body: `{"participants":["a"]}`, contentType: "text/plain"},
+			{method: "GET", path: "/problems/no_such_code"},
+		} {
+			rep, err := a.send(ctx, r)
+			if err != nil {
+				t.Fatal(err)
+			}
+			p := checkProblem(t, rep, rep.status, "")
+			reqURL, err := url.Parse(a.base + r.path)
+			if err != nil {
+				t.Fatal(err)
+			}
+			ref, err := url.Parse(p.Type)
+			if err != nil {
+				t.Fatalf("%v: type %q: %v", rep, p.Type, err)
+			}
+			page := reqURL.ResolveReference(ref)
+			if page.Host != reqURL.Host || page.Path != "/problems/"+p.Code {
+				t.Fatalf("%v: type %q resolves to %s", rep, p.Type, page)
+			}
+			for _, method := range []string{"GET", "HEAD"} {
+				got, err := a.send(ctx, request{method: method, path: page.Path})
+				switch {
+				case err != nil:
+					t.Fatalf("%s %s: %v", method, page.Path, err)
+				case got.status != 200 || got.header.Get("Content-Type") != "text/html; charset=utf-8" || got.header.Get("X-Request-Id") == "":
+					t.Errorf("%v (the type of %v): want 200 text/html with an X-Request-Id", got, rep)
+				case method == "HEAD" && len(got.body) != 0:
+					t.Errorf("%v: a body", got)
+				case method == "GET" && (!strings.Contains(string(got.body), "<code>"+p.Code+"</code>") || strings.Contains(string(got.body), "<script")):
+					t.Errorf("%v: not the page about %s, or with a script:\n%s", got, p.Code, got.body)
+				}
+			}
+		}
+		list, err := c.ListProblemTypesWithResponse(ctx)
+		if err != nil || list.StatusCode() != 200 {
+			t.Fatalf("GET /problems: %v %s", err, list.Body)
+		}
+		for _, code := range []string{"invalid_request", "fenced", "already_decided", "unavailable", "internal"} {
+			if !strings.Contains(string(list.Body), `href="problems/`+code+`"`) {
+				t.Errorf("GET /problems does not link %s:\n%s", code, list.Body)
+			}
+		}
+	})
+
 	t.Run("16 voters at once", func(t *testing.T) {
 		t.Parallel()
 		var names []string

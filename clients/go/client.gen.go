@@ -308,7 +308,8 @@ type Problem struct {
 	// `vote_conflict`, `fenced`, `not_registered`, `already_decided`, `not_decided`,
 	// `votes_missing`, `lower_checkpoint_open`, `too_many_checkpoints`,
 	// `idempotency_conflict`, `job_busy`, `payload_too_large`,
-	// `unsupported_media_type`, `unavailable`, `internal`.
+	// `unsupported_media_type`, `unavailable`, `internal`. The page `type` names
+	// (and docs/problems.md) says what each means and what to do.
 	//
 	//
 	// Example: fenced
@@ -328,9 +329,13 @@ type Problem struct {
 	Status    int       `json:"status"`
 	Title     string    `json:"title"`
 
-	// Type A URI reference naming the problem type.
+	// Type A URI reference naming the problem type: `/problems/{code}`, relative, so that
+	// it resolves against the URL the request was sent to, to the page about the code
+	// that the answering coordinator serves (`GET /problems/{code}`, HTML). It is not
+	// made absolute from the request's `Host`, which the client controls.
 	//
-	// Example: https://twophase.dev/problems/fenced
+	//
+	// Example: /problems/fenced
 	Type string `json:"type"`
 }
 
@@ -524,6 +529,25 @@ type ClientInterface interface {
 	//
 	// Corresponds with GET /healthz (the `GetHealthz` operationId).
 	GetHealthz(ctx context.Context, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// ListProblemTypes The problem types, one line each.
+	//
+	// A small HTML page (no script) listing every problem `code` with its status and
+	// title, each linked to its page. The problem pages are outside `/v1` and need no
+	// authentication, also once access control (docs/protocol.md, rule 11) comes.
+	//
+	// Corresponds with GET /problems (the `ListProblemTypes` operationId).
+	ListProblemTypes(ctx context.Context, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// GetProblemType What a problem code means and what to do about it.
+	//
+	// A small HTML page (no script) about one problem `code`: its HTTP status and title,
+	// when it happens, whether to retry and what to do. Every problem document's `type`
+	// is the relative reference to this page. 404 `not_found` for a code that does not
+	// exist. No authentication, as `GET /problems`.
+	//
+	// Corresponds with GET /problems/{code} (the `GetProblemType` operationId).
+	GetProblemType(ctx context.Context, code string, reqEditors ...RequestEditorFn) (*http.Response, error)
 
 	// GetReadyz Readiness.
 	//
@@ -738,6 +762,45 @@ type ClientInterface interface {
 // Corresponds with GET /healthz (the `GetHealthz` operationId).
 func (c *Client) GetHealthz(ctx context.Context, reqEditors ...RequestEditorFn) (*http.Response, error) {
 	req, err := NewGetHealthzRequest(c.Server)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// ListProblemTypes The problem types, one line each.
+//
+// A small HTML page (no script) listing every problem `code` with its status and
+// title, each linked to its page. The problem pages are outside `/v1` and need no
+// authentication, also once access control (docs/protocol.md, rule 11) comes.
+//
+// Corresponds with GET /problems (the `ListProblemTypes` operationId).
+func (c *Client) ListProblemTypes(ctx context.Context, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewListProblemTypesRequest(c.Server)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// GetProblemType What a problem code means and what to do about it.
+//
+// A small HTML page (no script) about one problem `code`: its HTTP status and title,
+// when it happens, whether to retry and what to do. Every problem document's `type`
+// is the relative reference to this page. 404 `not_found` for a code that does not
+// exist. No authentication, as `GET /problems`.
+//
+// Corresponds with GET /problems/{code} (the `GetProblemType` operationId).
+func (c *Client) GetProblemType(ctx context.Context, code string, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewGetProblemTypeRequest(c.Server, code)
 	if err != nil {
 		return nil, err
 	}
@@ -1175,6 +1238,67 @@ func NewGetHealthzRequest(server string) (*http.Request, error) {
 	}
 
 	operationPath := fmt.Sprintf("/healthz")
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	req, err := http.NewRequest(http.MethodGet, queryURL.String(), nil)
+	if err != nil {
+		return nil, err
+	}
+
+	return req, nil
+}
+
+// NewListProblemTypesRequest constructs an http.Request for the ListProblemTypes method
+func NewListProblemTypesRequest(server string) (*http.Request, error) {
+	var err error
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/problems")
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	req, err := http.NewRequest(http.MethodGet, queryURL.String(), nil)
+	if err != nil {
+		return nil, err
+	}
+
+	return req, nil
+}
+
+// NewGetProblemTypeRequest constructs an http.Request for the GetProblemType method
+func NewGetProblemTypeRequest(server string, code string) (*http.Request, error) {
+	var err error
+
+	var pathParam0 string
+
+	pathParam0, err = runtime.StyleParamWithOptions("simple", false, "code", code, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
+	if err != nil {
+		return nil, err
+	}
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/problems/%s", pathParam0)
 	if operationPath[0] == '/' {
 		operationPath = "." + operationPath
 	}
@@ -2070,6 +2194,29 @@ type ClientWithResponsesInterface interface {
 	// Corresponds with GET /healthz (the `GetHealthz` operationId).
 	GetHealthzWithResponse(ctx context.Context, reqEditors ...RequestEditorFn) (*GetHealthzResponse, error)
 
+	// ListProblemTypesWithResponse The problem types, one line each.
+	//
+	// A small HTML page (no script) listing every problem `code` with its status and
+	// title, each linked to its page. The problem pages are outside `/v1` and need no
+	// authentication, also once access control (docs/protocol.md, rule 11) comes.
+	//
+	// Returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with GET /problems (the `ListProblemTypes` operationId).
+	ListProblemTypesWithResponse(ctx context.Context, reqEditors ...RequestEditorFn) (*ListProblemTypesResponse, error)
+
+	// GetProblemTypeWithResponse What a problem code means and what to do about it.
+	//
+	// A small HTML page (no script) about one problem `code`: its HTTP status and title,
+	// when it happens, whether to retry and what to do. Every problem document's `type`
+	// is the relative reference to this page. 404 `not_found` for a code that does not
+	// exist. No authentication, as `GET /problems`.
+	//
+	// Returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with GET /problems/{code} (the `GetProblemType` operationId).
+	GetProblemTypeWithResponse(ctx context.Context, code string, reqEditors ...RequestEditorFn) (*GetProblemTypeResponse, error)
+
 	// GetReadyzWithResponse Readiness.
 	//
 	// 200 when the database answers, its schema is current and it can be written, else 503
@@ -2349,6 +2496,102 @@ func (r GetHealthzResponse) StatusCode() int {
 
 // ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
 func (r GetHealthzResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
+// ListProblemTypesResponseDefaultHeaders the declared response headers of an HTTP default response for ListProblemTypes
+type ListProblemTypesResponseDefaultHeaders struct {
+	RetryAfter *int
+}
+
+type ListProblemTypesResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// ApplicationproblemJSONDefault the response for an HTTP default `application/problem+json` response
+	ApplicationproblemJSONDefault *Problem
+	// HeadersDefault the parsed response headers for an HTTP default response
+	HeadersDefault *ListProblemTypesResponseDefaultHeaders
+}
+
+// GetApplicationproblemJSONDefault returns the response for an HTTP default `application/problem+json` response
+func (r ListProblemTypesResponse) GetApplicationproblemJSONDefault() *Problem {
+	return r.ApplicationproblemJSONDefault
+}
+
+// GetBody returns the raw response body bytes
+func (r ListProblemTypesResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r ListProblemTypesResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r ListProblemTypesResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r ListProblemTypesResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
+// GetProblemTypeResponseDefaultHeaders the declared response headers of an HTTP default response for GetProblemType
+type GetProblemTypeResponseDefaultHeaders struct {
+	RetryAfter *int
+}
+
+type GetProblemTypeResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// ApplicationproblemJSONDefault the response for an HTTP default `application/problem+json` response
+	ApplicationproblemJSONDefault *Problem
+	// HeadersDefault the parsed response headers for an HTTP default response
+	HeadersDefault *GetProblemTypeResponseDefaultHeaders
+}
+
+// GetApplicationproblemJSONDefault returns the response for an HTTP default `application/problem+json` response
+func (r GetProblemTypeResponse) GetApplicationproblemJSONDefault() *Problem {
+	return r.ApplicationproblemJSONDefault
+}
+
+// GetBody returns the raw response body bytes
+func (r GetProblemTypeResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r GetProblemTypeResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r GetProblemTypeResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r GetProblemTypeResponse) ContentType() string {
 	if r.HTTPResponse != nil {
 		return r.HTTPResponse.Header.Get("Content-Type")
 	}
@@ -3248,6 +3491,41 @@ func (c *ClientWithResponses) GetHealthzWithResponse(ctx context.Context, reqEdi
 	return ParseGetHealthzResponse(rsp)
 }
 
+// ListProblemTypesWithResponse The problem types, one line each.
+//
+// A small HTML page (no script) listing every problem `code` with its status and
+// title, each linked to its page. The problem pages are outside `/v1` and need no
+// authentication, also once access control (docs/protocol.md, rule 11) comes.
+//
+// Returns a wrapper object for the known response body format(s).
+//
+// Corresponds with GET /problems (the `ListProblemTypes` operationId).
+func (c *ClientWithResponses) ListProblemTypesWithResponse(ctx context.Context, reqEditors ...RequestEditorFn) (*ListProblemTypesResponse, error) {
+	rsp, err := c.ListProblemTypes(ctx, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseListProblemTypesResponse(rsp)
+}
+
+// GetProblemTypeWithResponse What a problem code means and what to do about it.
+//
+// A small HTML page (no script) about one problem `code`: its HTTP status and title,
+// when it happens, whether to retry and what to do. Every problem document's `type`
+// is the relative reference to this page. 404 `not_found` for a code that does not
+// exist. No authentication, as `GET /problems`.
+//
+// Returns a wrapper object for the known response body format(s).
+//
+// Corresponds with GET /problems/{code} (the `GetProblemType` operationId).
+func (c *ClientWithResponses) GetProblemTypeWithResponse(ctx context.Context, code string, reqEditors ...RequestEditorFn) (*GetProblemTypeResponse, error) {
+	rsp, err := c.GetProblemType(ctx, code, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseGetProblemTypeResponse(rsp)
+}
+
 // GetReadyzWithResponse Readiness.
 //
 // 200 when the database answers, its schema is current and it can be written, else 503
@@ -3636,6 +3914,84 @@ func ParseGetHealthzResponse(rsp *http.Response) (*GetHealthzResponse, error) {
 	switch {
 	case true:
 		var headers GetHealthzResponseDefaultHeaders
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = &value
+		}
+		response.HeadersDefault = &headers
+	}
+
+	return response, nil
+}
+
+// ParseListProblemTypesResponse parses an HTTP response from a ListProblemTypesWithResponse call
+func ParseListProblemTypesResponse(rsp *http.Response) (*ListProblemTypesResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &ListProblemTypesResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && true:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSONDefault = &dest
+
+	}
+
+	switch {
+	case true:
+		var headers ListProblemTypesResponseDefaultHeaders
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = &value
+		}
+		response.HeadersDefault = &headers
+	}
+
+	return response, nil
+}
+
+// ParseGetProblemTypeResponse parses an HTTP response from a GetProblemTypeWithResponse call
+func ParseGetProblemTypeResponse(rsp *http.Response) (*GetProblemTypeResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &GetProblemTypeResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && true:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSONDefault = &dest
+
+	}
+
+	switch {
+	case true:
+		var headers GetProblemTypeResponseDefaultHeaders
 		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
 			var value int
 			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "integer", Format: ""}); err != nil {

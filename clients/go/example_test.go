@@ -161,7 +161,7 @@ func ExampleAPIError() {
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Content-Type", "application/problem+json")
 		w.WriteHeader(http.StatusNotFound)
-		fmt.Fprint(w, `{"type":"https://twophase.dev/problems/not_found","title":"Not Found",`+
+		fmt.Fprint(w, `{"type":"/problems/not_found","title":"Not Found",`+
 			`"status":404,"code":"not_found","detail":"job orders does not exist"}`)
 	}))
 	defer srv.Close()

@@ -48,7 +48,7 @@ func TestHealthcheckAnswers(t *testing.T) {
 	mux.HandleFunc("/readyz", func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Content-Type", "application/problem+json")
 		w.WriteHeader(http.StatusServiceUnavailable)
-		_, _ = w.Write([]byte(`{"type":"https://twophase.dev/problems/unavailable","title":"Unavailable","status":503,"code":"unavailable",` +
+		_, _ = w.Write([]byte(`{"type":"/problems/unavailable","title":"Unavailable","status":503,"code":"unavailable",` +
 			`"detail":"not ready: the database cannot be written: its transactions are read-only (default_transaction_read_only)"}`))
 	})
 	mux.HandleFunc("/moved", func(w http.ResponseWriter, r *http.Request) { http.Redirect(w, r, "/healthz", http.StatusFound) })

@@ -19,6 +19,7 @@ import (
 type config struct {
 	listen          string
 	databaseURL     string
+	databaseWait    time.Duration
 	dataDir         string
 	migrate         bool
 	dbMaxConns      int
@@ -58,6 +59,12 @@ func define(command string, cfg *config) *cli.Settings {
 	fs.StringVar(&cfg.databaseURL, "database-url", "",
 		"PostgreSQL `URL` (postgres://user:password@host:5432/db?sslmode=disable). Without one, the embedded store in --data-dir is used")
 	s.Twin("database-url", "COORDINATOR_DATABASE_URL")
+	if command == "serve" {
+		fs.DurationVar(&cfg.databaseWait, "database-wait", 0,
+			"at start-up, how long (`duration`) to keep retrying a --database-url that does not answer yet (connection refused, "+
+				"host not resolvable, server starting up) before giving up; 0: do not wait. Not used by the embedded store")
+		s.Twin("database-wait", "COORDINATOR_DATABASE_WAIT")
+	}
 	fs.StringVar(&cfg.dataDir, "data-dir", "./coordinator-data",
 		"`directory` of the embedded store, used when no --database-url is given. Only one coordinator process may use a data directory")
 	s.Twin("data-dir", "COORDINATOR_DATA_DIR")
@@ -152,6 +159,9 @@ func (cfg *config) validate(command string) error {
 		if _, port, err := net.SplitHostPort(cfg.debugListen); err != nil || port == "" {
 			bad("--debug-listen must be host:port, like 127.0.0.1:6060, not %q", cfg.debugListen)
 		}
+	}
+	if cfg.databaseWait < 0 {
+		bad("--database-wait must not be negative (0: do not wait), not %s", cfg.databaseWait)
 	}
 	if cfg.dbMaxConns < 0 || cfg.dbMaxConns > math.MaxInt32 {
 		bad("--db-max-conns must be from 0 (the store's default) to %d, not %d", math.MaxInt32, cfg.dbMaxConns)

@@ -56,6 +56,7 @@ func TestFlagWinsOverEnvironment(t *testing.T) {
 		"COORDINATOR_MIGRATE=false",
 		"COORDINATOR_LOG_LEVEL=debug",
 		"COORDINATOR_DB_WRITERS=1",
+		"COORDINATOR_DATABASE_WAIT=30s",
 		"COORDINATOR_DATABASE_URL=postgres://env@db:5432/env",
 		"PATH=/usr/bin", // not ours
 	}
@@ -80,6 +81,9 @@ func TestFlagWinsOverEnvironment(t *testing.T) {
 	}
 	if cfg.dbWriters != 1 {
 		t.Errorf("db writers = %d, want 1 from the environment", cfg.dbWriters)
+	}
+	if cfg.databaseWait != 30*time.Second {
+		t.Errorf("database wait = %s, want 30s from the environment", cfg.databaseWait)
 	}
 }
 
@@ -124,6 +128,8 @@ func TestInvalidSettings(t *testing.T) {
 		{"log format", []string{"--log-format", "xml"}, nil, "--log-format"},
 		{"not a postgres URL", []string{"--database-url", "mysql://root@db/x"}, nil, "postgres://"},
 		{"negative request timeout", []string{"--request-timeout=-1s"}, nil, "--request-timeout"},
+		{"negative database wait", []string{"--database-wait=-1s"}, nil, "--database-wait"},
+		{"database wait not a duration", nil, []string{"COORDINATOR_DATABASE_WAIT=30"}, "COORDINATOR_DATABASE_WAIT"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

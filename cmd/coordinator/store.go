@@ -53,6 +53,10 @@ func logMigrated(logger *slog.Logger, before, now uint) {
 
 func openPostgres(ctx context.Context, cfg config, logger *slog.Logger) (coordinator.Store, []any, error) {
 	describe := []any{"store", "postgres", "database", cli.RedactURL(cfg.databaseURL)}
+	// --database-wait: the database may start next to the coordinator (docker compose).
+	if err := postgresWaiter().wait(ctx, cfg.databaseURL, cfg.databaseWait, logger); err != nil {
+		return nil, nil, err
+	}
 	if cfg.migrate {
 		before, _, _ := postgres.MigrationVersion(cfg.databaseURL) // only to say below whether migrations ran
 		if err := postgres.MigrateUp(cfg.databaseURL); err != nil {

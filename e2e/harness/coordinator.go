@@ -51,6 +51,7 @@ type Coordinator struct {
 	mu          sync.Mutex
 	cmd         *exec.Cmd
 	exited      chan struct{}
+	listening   chan logLine // gets the current process's "listening" line
 	state       *os.ProcessState
 	listeningAt time.Time
 	starts      int
@@ -61,6 +62,50 @@ type Coordinator struct {
 // line. extraArgs must not set --listen or --log-format. t.Cleanup kills the process if it
 // still runs, and prints the tail of its log if the test failed.
 func StartCoordinator(t testing.TB, dbURL string, extraArgs ...string) *Coordinator {
+	t.Helper()
+	c := newCoordinator(t, dbURL, extraArgs)
+	if err := c.start("127.0.0.1:0"); err != nil {
+		t.Fatalf("harness: start coordinator: %v\n%s", err, c.logs.String())
+	}
+	return c
+}
+
+// LaunchCoordinator starts the coordinator as StartCoordinator does, on the address
+// listen (127.0.0.1:port, from FreePort), but returns as soon as the process runs, without
+// waiting for its "listening" line: for tests of what it does before it serves, such as
+// waiting for its database (--database-wait). WaitListening waits for the line; Exited
+// and ExitCode tell how the process ended. BaseURL, Client and HTTP are set at once.
+func LaunchCoordinator(t testing.TB, listen, dbURL string, extraArgs ...string) *Coordinator {
+	t.Helper()
+	c := newCoordinator(t, dbURL, extraArgs)
+	c.Addr, c.BaseURL = listen, "http://"+listen
+	c.newClients()
+	if err := c.launch(listen); err != nil {
+		t.Fatalf("harness: launch coordinator: %v", err)
+	}
+	return c
+}
+
+// WaitListening waits up to timeout for the current process's "listening" line, and
+// fails the test if the process exits first or the line does not come in time.
+func (c *Coordinator) WaitListening(timeout time.Duration) {
+	c.t.Helper()
+	if err := c.awaitListening(timeout); err != nil {
+		c.t.Fatalf("harness: coordinator: %v\n%s", err, c.logs.String())
+	}
+}
+
+// ExitCode is the exit status of the current process, and whether it exited at all.
+func (c *Coordinator) ExitCode() (code int, exited bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.cmd == nil || running(c.exited) || c.state == nil {
+		return 0, false
+	}
+	return c.state.ExitCode(), true
+}
+
+func newCoordinator(t testing.TB, dbURL string, extraArgs []string) *Coordinator {
 	t.Helper()
 	c := &Coordinator{
 		t:    t,
@@ -74,8 +119,14 @@ func StartCoordinator(t testing.TB, dbURL string, extraArgs ...string) *Coordina
 			t.Logf("coordinator log (%s, last %d lines):\n%s", c.BaseURL, logLines, c.logs.String())
 		}
 	})
-	if err := c.start("127.0.0.1:0"); err != nil {
-		t.Fatalf("harness: start coordinator: %v\n%s", err, c.logs.String())
+	return c
+}
+
+// newClients sets HTTP and Client, on BaseURL.
+func (c *Coordinator) newClients() {
+	c.t.Helper()
+	if c.Client != nil {
+		return
 	}
 	c.HTTP = &http.Client{
 		Timeout: 30 * time.Second,
@@ -87,10 +138,9 @@ func StartCoordinator(t testing.TB, dbURL string, extraArgs ...string) *Coordina
 	}
 	client, err := coordinatorclient.NewClientWithResponses(c.BaseURL, coordinatorclient.WithHTTPClient(c.HTTP))
 	if err != nil {
-		t.Fatalf("harness: client: %v", err)
+		c.t.Fatalf("harness: client: %v", err)
 	}
 	c.Client = client
-	return c
 }
 
 // Kill sends SIGKILL and waits for the process to be gone. It is a no-op if the process
@@ -202,6 +252,19 @@ func (c *Coordinator) kill() {
 
 // start runs one process listening on listen and waits for its "listening" line.
 func (c *Coordinator) start(listen string) error {
+	if err := c.launch(listen); err != nil {
+		return err
+	}
+	if err := c.awaitListening(coordinatorStartTimeout); err != nil {
+		c.kill()
+		return err
+	}
+	c.newClients()
+	return nil
+}
+
+// launch runs one process listening on listen.
+func (c *Coordinator) launch(listen string) error {
 	c.mu.Lock()
 	c.starts++
 	n := c.starts
@@ -238,14 +301,19 @@ func (c *Coordinator) start(listen string) error {
 		close(exited)
 	}()
 	c.mu.Lock()
-	c.cmd, c.exited, c.state = cmd, exited, nil
+	c.cmd, c.exited, c.listening, c.state = cmd, exited, listening, nil
 	c.mu.Unlock()
+	return nil
+}
 
+// awaitListening waits up to timeout for the current process's "listening" line.
+func (c *Coordinator) awaitListening(timeout time.Duration) error {
+	c.mu.Lock()
+	exited, listening := c.exited, c.listening
+	c.mu.Unlock()
 	select {
 	case l := <-listening:
 		if l.Addr == "" {
-			_ = cmd.Process.Kill()
-			<-exited
 			return errors.New(`the "listening" line has no addr`)
 		}
 		c.mu.Lock()
@@ -262,10 +330,8 @@ func (c *Coordinator) start(listen string) error {
 			return fmt.Errorf("address already in use: exited with %v", c.exitState())
 		}
 		return fmt.Errorf("the coordinator exited with %v before listening", c.exitState())
-	case <-time.After(coordinatorStartTimeout):
-		_ = cmd.Process.Kill()
-		<-exited
-		return fmt.Errorf("no \"listening\" line within %s", coordinatorStartTimeout)
+	case <-time.After(timeout):
+		return fmt.Errorf("no \"listening\" line within %s", timeout)
 	}
 }
 

@@ -53,6 +53,23 @@ type Cluster struct {
 // /usr/lib/postgresql/*/bin, else from `pg_config --bindir`. Under -short it skips the test.
 func StartCluster(t testing.TB) *Cluster {
 	t.Helper()
+	return startCluster(t, 0)
+}
+
+// StartClusterOnPort is StartCluster on the given port of 127.0.0.1 (from FreePort), for
+// a test that points a coordinator at the port before any server listens there. It does
+// not move to another port when that one is taken meanwhile: the test fails.
+func StartClusterOnPort(t testing.TB, port int) *Cluster {
+	t.Helper()
+	if port <= 0 || port > 65535 {
+		t.Fatalf("harness: StartClusterOnPort: invalid port %d", port)
+	}
+	return startCluster(t, port)
+}
+
+// startCluster starts a cluster on port, or on a free port when port is 0.
+func startCluster(t testing.TB, port int) *Cluster {
+	t.Helper()
 	skipShort(t, "starts a PostgreSQL cluster of its own")
 	bin, err := postgresBin()
 	if err != nil {
@@ -85,11 +102,14 @@ func StartCluster(t testing.TB) *Cluster {
 		t.Fatalf("harness: initdb: %v\n%s", err, out)
 	}
 	// A free port is found by binding and releasing it; another process may take it in
-	// between, so a failed start is retried on a new port.
+	// between, so a failed start is retried on a new port (not on a port the test chose).
 	for attempt := 1; ; attempt++ {
-		c.port, err = freePort()
-		if err != nil {
-			t.Fatalf("harness: %v", err)
+		c.port = port
+		if port == 0 {
+			c.port, err = freePort()
+			if err != nil {
+				t.Fatalf("harness: %v", err)
+			}
 		}
 		if err := c.writeConfig(); err != nil {
 			t.Fatalf("harness: %v", err)
@@ -98,8 +118,8 @@ func StartCluster(t testing.TB) *Cluster {
 		if err == nil {
 			break
 		}
-		if attempt == 3 {
-			t.Fatalf("harness: start postgres: %v\n%s", err, c.Log())
+		if attempt == 3 || port != 0 {
+			t.Fatalf("harness: start postgres on port %d: %v\n%s", c.port, err, c.Log())
 		}
 	}
 	return c
@@ -383,6 +403,18 @@ func postgresUser() (*syscall.Credential, error) {
 	}
 	// No supplementary groups: the server must not keep the test's (root's) groups.
 	return &syscall.Credential{Uid: uint32(uid), Gid: uint32(gid), Groups: []uint32{}}, nil
+}
+
+// FreePort returns a TCP port on 127.0.0.1 that was free a moment ago, for a test that
+// must know a port before anything listens on it (StartClusterOnPort, a --listen address).
+// Another process may take it in between: the test should be ready to fail then.
+func FreePort(t testing.TB) int {
+	t.Helper()
+	port, err := freePort()
+	if err != nil {
+		t.Fatalf("harness: %v", err)
+	}
+	return port
 }
 
 // freePort returns a TCP port on 127.0.0.1 that was free a moment ago.

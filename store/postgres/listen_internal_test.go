@@ -38,3 +38,23 @@ func TestReconnectBackoff(t *testing.T) {
 		}
 	}
 }
+
+// While the connection keeps dropping, the listener warns of the first drop and then once
+// every listenWarnEvery with the count; a drop after a good connection warns at once.
+func TestListenerDropsAreRateLimited(t *testing.T) {
+	t.Parallel()
+	var d dropLog
+	start := time.Unix(1000, 0)
+	var warned []int
+	for i := range 60 { // a minute of drops, every second, none after a good connection
+		if n, warn := d.note(start.Add(time.Duration(i)*time.Second), 0); warn {
+			warned = append(warned, n)
+		}
+	}
+	if len(warned) != 2 || warned[0] != 1 || warned[1] != 31 {
+		t.Fatalf("warnings at drops %v, want [1 31]", warned)
+	}
+	if n, warn := d.note(start.Add(61*time.Second), maxReconnectBackoff); !warn || n != 1 {
+		t.Fatalf("a drop after a good connection: count %d, warn %v; want 1, true", n, warn)
+	}
+}

@@ -102,6 +102,7 @@ func (s *Store) Close() {
 func (s *Store) listen(ctx context.Context, cfg *pgx.ConnConfig) {
 	defer close(s.listened)
 	var backoff reconnectBackoff
+	var drops dropLog
 	for ctx.Err() == nil {
 		listenedFor, err := s.listenOnce(ctx, cfg)
 		s.broker.NotifyAll()
@@ -109,13 +110,40 @@ func (s *Store) listen(ctx context.Context, cfg *pgx.ConnConfig) {
 			return
 		}
 		wait := backoff.next(listenedFor)
-		s.logger.Warn("decision listener interrupted; reconnecting", "error", err, "backoff", wait)
+		if n, warn := drops.note(time.Now(), listenedFor); warn {
+			s.logger.Warn("decision listener interrupted; reconnecting", "error", err, "backoff", wait, "interruptions", n)
+		}
 		select {
 		case <-ctx.Done():
 			return
 		case <-time.After(wait):
 		}
 	}
+}
+
+// dropLog rate-limits the listener's warnings while its connection keeps dropping (the
+// database down, say): the first drop after a good connection warns at once, and then one
+// warning every listenWarnEvery, with the count of drops since that good connection.
+type dropLog struct {
+	count    int
+	warnedAt time.Time
+}
+
+// listenWarnEvery is how often a listener that keeps losing its connection says so.
+const listenWarnEvery = 30 * time.Second
+
+// note counts a drop at now, of a connection that had listened for listenedFor, and says
+// whether to warn of it, with the count.
+func (d *dropLog) note(now time.Time, listenedFor time.Duration) (int, bool) {
+	if listenedFor >= maxReconnectBackoff {
+		*d = dropLog{} // the connection was good: a new run of drops
+	}
+	d.count++
+	if d.count == 1 || now.Sub(d.warnedAt) >= listenWarnEvery {
+		d.warnedAt = now
+		return d.count, true
+	}
+	return d.count, false
 }
 
 // The listener's waits before reconnecting.

@@ -8,7 +8,7 @@ import (
 	"sync/atomic"
 	"testing"
 
-	coordinatorclient "github.com/twophase/coordinator/clients/go"
+	"github.com/twophase/coordinator/clients/go/coordinatorclient"
 	"github.com/twophase/coordinator/coordinator"
 	"github.com/twophase/coordinator/store/sqlite"
 )

@@ -15,7 +15,7 @@ import (
 	"testing"
 	"time"
 
-	coordinatorclient "github.com/twophase/coordinator/clients/go"
+	"github.com/twophase/coordinator/clients/go/coordinatorclient"
 	"github.com/twophase/coordinator/coordinator"
 	"github.com/twophase/coordinator/store/pgtest"
 	"github.com/twophase/coordinator/store/postgres"

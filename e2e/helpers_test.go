@@ -14,7 +14,7 @@ import (
 	"testing"
 	"time"
 
-	coordinatorclient "github.com/twophase/coordinator/clients/go"
+	"github.com/twophase/coordinator/clients/go/coordinatorclient"
 	"github.com/twophase/coordinator/e2e/harness"
 )
 

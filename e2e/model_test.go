@@ -16,7 +16,7 @@ import (
 
 	"pgregory.net/rapid"
 
-	coordinatorclient "github.com/twophase/coordinator/clients/go"
+	"github.com/twophase/coordinator/clients/go/coordinatorclient"
 	"github.com/twophase/coordinator/e2e/harness"
 )
 

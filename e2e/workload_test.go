@@ -16,7 +16,7 @@ import (
 	"testing"
 	"time"
 
-	coordinatorclient "github.com/twophase/coordinator/clients/go"
+	"github.com/twophase/coordinator/clients/go/coordinatorclient"
 )
 
 // A workload is a set of jobs driven by concurrent, retrying clients while the test

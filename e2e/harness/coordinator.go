@@ -15,7 +15,7 @@ import (
 	"testing"
 	"time"
 
-	coordinatorclient "github.com/twophase/coordinator/clients/go"
+	"github.com/twophase/coordinator/clients/go/coordinatorclient"
 )
 
 const (

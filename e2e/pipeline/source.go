@@ -12,7 +12,7 @@ import (
 	"sync/atomic"
 	"time"
 
-	cc "github.com/twophase/coordinator/clients/go"
+	cc "github.com/twophase/coordinator/clients/go/coordinatorclient"
 	"github.com/twophase/coordinator/e2e/sinks"
 )
 

@@ -14,7 +14,7 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	cc "github.com/twophase/coordinator/clients/go"
+	cc "github.com/twophase/coordinator/clients/go/coordinatorclient"
 	"github.com/twophase/coordinator/e2e/sinks"
 )
 

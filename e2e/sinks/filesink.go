@@ -15,7 +15,7 @@ import (
 	"strconv"
 	"strings"
 
-	cc "github.com/twophase/coordinator/clients/go"
+	cc "github.com/twophase/coordinator/clients/go/coordinatorclient"
 )
 
 // FileCommittable names the temp file of a checkpoint of a FileSink and the name it gets

@@ -15,7 +15,7 @@ import (
 	"testing"
 	"time"
 
-	cc "github.com/twophase/coordinator/clients/go"
+	cc "github.com/twophase/coordinator/clients/go/coordinatorclient"
 	"github.com/twophase/coordinator/e2e/pipeline"
 	"github.com/twophase/coordinator/e2e/sinks"
 )

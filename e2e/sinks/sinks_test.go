@@ -14,7 +14,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/twophase/coordinator/api"
-	cc "github.com/twophase/coordinator/clients/go"
+	cc "github.com/twophase/coordinator/clients/go/coordinatorclient"
 	"github.com/twophase/coordinator/coordinator"
 	"github.com/twophase/coordinator/e2e/harness"
 	"github.com/twophase/coordinator/e2e/sinks"

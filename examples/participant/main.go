@@ -15,7 +15,7 @@ import (
 	"syscall"
 	"time"
 
-	cc "github.com/twophase/coordinator/clients/go"
+	"github.com/twophase/coordinator/clients/go/coordinatorclient"
 )
 
 type txn struct {
@@ -59,21 +59,27 @@ func main() {
 }
 
 func run(ctx context.Context, url string, log *slog.Logger) error {
-	coord, err := cc.NewCoordinator(url, cc.Options{Logger: log})
+	coord, err := coordinatorclient.NewCoordinator(url, coordinatorclient.Options{Logger: log})
 	if err != nil {
 		return err
 	}
 	// The job must exist before anyone registers; putting the same configuration again
 	// changes nothing.
-	if _, err := coord.PutJob(ctx, "orders", cc.JobConfig{Participants: []string{"pg-sink"}}); err != nil {
+	job := coordinatorclient.JobConfig{Participants: []string{"pg-sink"}}
+	if _, err := coord.PutJob(ctx, "orders", job); err != nil {
 		return err
 	}
 	// One Trigger per job opens its checkpoints; if it fails, the runner stops too.
 	ctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
-	trigger := &cc.Trigger{Coordinator: coord, Job: "orders", Interval: time.Second, Logger: log}
+	trigger := &coordinatorclient.Trigger{
+		Coordinator: coord, Job: "orders", Interval: time.Second, Logger: log,
+	}
 	go func() { cancel(trigger.Run(ctx)) }()
 
-	r := cc.NewRunner(coord, "orders", "pg-sink", cc.Participant[txn](&pgSink{}), cc.RunnerOptions{Logger: log})
-	return r.Run(ctx) // until ctx ends or something fatal (errors.Is(err, cc.ErrFenced), ...)
+	var sink coordinatorclient.Participant[txn] = &pgSink{}
+	r := coordinatorclient.NewRunner(coord, "orders", "pg-sink", sink, coordinatorclient.RunnerOptions{Logger: log})
+	// Run returns when ctx ends, or on something fatal, such as
+	// errors.Is(err, coordinatorclient.ErrFenced).
+	return r.Run(ctx)
 }

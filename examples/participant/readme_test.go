@@ -15,7 +15,7 @@ import (
 	"time"
 
 	"github.com/twophase/coordinator/api"
-	cc "github.com/twophase/coordinator/clients/go"
+	cc "github.com/twophase/coordinator/clients/go/coordinatorclient"
 	"github.com/twophase/coordinator/coordinator"
 	"github.com/twophase/coordinator/store/sqlite"
 )

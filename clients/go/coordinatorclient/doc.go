@@ -9,10 +9,13 @@
 //     Abort) through the protocol; and [Trigger], which opens a job's checkpoints at a
 //     fixed interval.
 //
-// The import path ends in "go", which is not the package's name, so give the import a
-// name; this documentation and the examples use cc:
+// The import path ends in the package's name, so no alias is needed:
 //
-//	import cc "github.com/twophase/coordinator/clients/go"
+//	import "github.com/twophase/coordinator/clients/go/coordinatorclient"
+//
+// This documentation and the examples use the shorter alias cc:
+//
+//	import cc "github.com/twophase/coordinator/clients/go/coordinatorclient"
 //
 // # A typical program
 //

@@ -13,7 +13,7 @@ import (
 	"syscall"
 	"time"
 
-	cc "github.com/twophase/coordinator/clients/go"
+	cc "github.com/twophase/coordinator/clients/go/coordinatorclient"
 )
 
 // The examples without an Output comment need a coordinator at 127.0.0.1:8080: they are

@@ -6,7 +6,7 @@ import (
 	"testing"
 	"time"
 
-	cc "github.com/twophase/coordinator/clients/go"
+	cc "github.com/twophase/coordinator/clients/go/coordinatorclient"
 )
 
 // The trigger opens a checkpoint per interval; a request whose answer was lost is retried

@@ -10,7 +10,7 @@ import (
 	"testing"
 	"time"
 
-	cc "github.com/twophase/coordinator/clients/go"
+	cc "github.com/twophase/coordinator/clients/go/coordinatorclient"
 )
 
 // A Prepare error is an abort vote carrying the error's text.

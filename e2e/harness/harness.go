@@ -40,6 +40,8 @@ import (
 	"strings"
 	"sync"
 	"testing"
+
+	"github.com/twophase/coordinator/store/pgtest"
 )
 
 var (
@@ -56,6 +58,7 @@ func Run(m *testing.M) int {
 	if buildDir != "" {
 		_ = os.RemoveAll(buildDir)
 	}
+	pgtest.DropTemplate() // of the tests that used the shared server (pgtest), if any
 	return code
 }
 

@@ -1,5 +1,9 @@
 // Package pgtest gives each test its own PostgreSQL database, cloned in milliseconds from a
-// template that is migrated once per schema version (the pattern of pgtestdb).
+// template migrated once per test binary (the pattern of pgtestdb). Each test's database is
+// dropped when the test ends, and the template when the binary's tests end: a package that
+// uses pgtest runs its tests through Main (or calls DropTemplate after them), so that the
+// tests leave nothing behind on the server. A template left by a binary that was killed is
+// dropped by the next run once it is an hour old.
 //
 // The server is COORDINATOR_TEST_DATABASE_URL, by default
 // postgres://postgres@127.0.0.1:5432/postgres?sslmode=disable; the user must be allowed to
@@ -18,6 +22,7 @@ import (
 	"io/fs"
 	"net/url"
 	"os"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -131,30 +136,18 @@ func schemaHash() (string, error) {
 	return hex.EncodeToString(h.Sum(nil))[:16], err
 }
 
-// ensureTemplate creates and migrates the template once, under an advisory lock so that
-// test binaries running side by side do not race.
+// ensureTemplate creates and migrates this test binary's template, and drops the templates
+// that binaries killed before their end left behind (those more than an hour old).
 func ensureTemplate() (string, error) {
 	hash, err := schemaHash()
 	if err != nil {
 		return "", err
 	}
-	name := "coordtemplate_" + hash
+	name := fmt.Sprintf("%s%s_%d_%d", templatePrefix, hash, time.Now().Unix(), os.Getpid())
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	err = admin(ctx, func(conn *pgx.Conn) error {
-		if _, err := conn.Exec(ctx, "SELECT pg_advisory_lock(7243051)"); err != nil {
-			return err
-		}
-		defer conn.Exec(context.Background(), "SELECT pg_advisory_unlock(7243051)") //nolint:errcheck
-		var ready bool
-		err := conn.QueryRow(ctx, "SELECT EXISTS (SELECT 1 FROM pg_database WHERE datname = $1 AND datistemplate)", name).Scan(&ready)
-		if err != nil || ready {
-			return err
-		}
-		// A half-made template from an interrupted run is dropped and made again.
-		if _, err := conn.Exec(ctx, "DROP DATABASE IF EXISTS "+pgx.Identifier{name}.Sanitize()+" WITH (FORCE)"); err != nil {
-			return err
-		}
+		dropStaleTemplates(ctx, conn)
 		if _, err := conn.Exec(ctx, "CREATE DATABASE "+pgx.Identifier{name}.Sanitize()); err != nil {
 			return err
 		}
@@ -165,6 +158,65 @@ func ensureTemplate() (string, error) {
 		return err
 	})
 	return name, err
+}
+
+// templatePrefix starts the name of every template: prefix, schema hash, creation time
+// (Unix seconds), process id.
+const templatePrefix = "coordtemplate_"
+
+// staleTemplate is the age past which a template is taken for one a killed run left.
+const staleTemplate = time.Hour
+
+// dropStaleTemplates drops templates more than staleTemplate old, by the time in their name.
+func dropStaleTemplates(ctx context.Context, conn *pgx.Conn) {
+	rows, err := conn.Query(ctx, "SELECT datname FROM pg_database WHERE datname LIKE $1", templatePrefix+"%")
+	if err != nil {
+		return
+	}
+	names, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		return
+	}
+	for _, name := range names {
+		var hash string
+		var created, pid int64
+		if _, err := fmt.Sscanf(strings.ReplaceAll(strings.TrimPrefix(name, templatePrefix), "_", " "), "%s %d %d", &hash, &created, &pid); err == nil &&
+			time.Since(time.Unix(created, 0)) < staleTemplate {
+			continue
+		}
+		_ = dropDatabase(ctx, conn, name)
+	}
+}
+
+func dropDatabase(ctx context.Context, conn *pgx.Conn, name string) error {
+	id := pgx.Identifier{name}.Sanitize()
+	if _, err := conn.Exec(ctx, "ALTER DATABASE "+id+" WITH is_template false"); err != nil {
+		return err
+	}
+	_, err := conn.Exec(ctx, "DROP DATABASE IF EXISTS "+id+" WITH (FORCE)")
+	return err
+}
+
+// DropTemplate drops this test binary's template, if it made one. Main calls it after the
+// tests; a TestMain of its own calls it after m.Run.
+func DropTemplate() {
+	templateOnce.Do(func() { templateErr = errors.New("pgtest: the template was dropped") })
+	if templateName == "" {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if err := admin(ctx, func(conn *pgx.Conn) error { return dropDatabase(ctx, conn, templateName) }); err != nil {
+		fmt.Fprintf(os.Stderr, "pgtest: drop template %s: %v\n", templateName, err)
+	}
+}
+
+// Main runs the tests of m and drops the template they used: a package whose tests use
+// pgtest has func TestMain(m *testing.M) { os.Exit(pgtest.Main(m)) }.
+func Main(m *testing.M) int {
+	code := m.Run()
+	DropTemplate()
+	return code
 }
 
 func createFromTemplate(ctx context.Context, name, template string) error {

@@ -6,7 +6,10 @@ WORKDIR /src
 COPY go.mod go.sum ./
 RUN go mod download
 COPY . .
-RUN CGO_ENABLED=0 go build -trimpath -ldflags "-s -w" -o /out/coordinator ./cmd/coordinator \
+# The version --version and GET /v1/info report (the build context has no .git to read it
+# from): docker build --build-arg VERSION="$(git describe --always --dirty)" ...
+ARG VERSION=devel
+RUN CGO_ENABLED=0 go build -trimpath -ldflags "-s -w -X main.linkedVersion=${VERSION}" -o /out/coordinator ./cmd/coordinator \
  && mkdir -p /out/data
 
 # Run it as a non-root user on a minimal base.

@@ -13,9 +13,17 @@ import (
 // -buildvcs=false).
 const develVersion = "devel"
 
-// buildVersion is the version of this binary, as the Go toolchain recorded it (see
-// versionOf).
+// linkedVersion, when set at link time (go build -ldflags "-X main.linkedVersion=v1.2.3", as
+// the Dockerfile does from its VERSION build argument), is the version, whatever the
+// toolchain recorded: a docker build context has no .git to record one from.
+var linkedVersion string
+
+// buildVersion is the version of this binary: linkedVersion if set, else what the Go
+// toolchain recorded (see versionOf).
 func buildVersion() string {
+	if linkedVersion != "" {
+		return linkedVersion
+	}
 	info, ok := debug.ReadBuildInfo()
 	return versionOf(info, ok)
 }

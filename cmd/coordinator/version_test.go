@@ -3,6 +3,8 @@ package main
 import (
 	"bytes"
 	"context"
+	"os/exec"
+	"path/filepath"
 	"runtime"
 	"runtime/debug"
 	"strings"
@@ -53,5 +55,22 @@ func TestVersionCommand(t *testing.T) {
 	code := run(context.Background(), []string{"version", "--json"}, nil, &stdout, &stderr)
 	if code != exitUsage || stdout.Len() > 0 || !strings.Contains(stderr.String(), `unexpected argument "--json"`) {
 		t.Errorf("version --json: exit %d, stdout %q, stderr %q; want exit %d naming the argument", code, stdout.String(), stderr.String(), exitUsage)
+	}
+}
+
+// A version set at link time, as the Dockerfile sets it, is the one reported.
+func TestLinkedVersion(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds the binary: skipped under -short")
+	}
+	t.Parallel()
+	bin := filepath.Join(t.TempDir(), "coordinator")
+	build := exec.Command("go", "build", "-ldflags", "-X main.linkedVersion=v9.8.7-test", "-o", bin, ".")
+	if out, err := build.CombinedOutput(); err != nil {
+		t.Fatalf("go build: %v\n%s", err, out)
+	}
+	out, err := exec.Command(bin, "--version").Output()
+	if err != nil || !strings.HasPrefix(string(out), "coordinator v9.8.7-test ") {
+		t.Fatalf("--version of a build linked with a version: %q, %v", out, err)
 	}
 }

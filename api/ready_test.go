@@ -1,16 +1,12 @@
 package api
 
 import (
-	"context"
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
-	"net/url"
 	"strings"
 	"testing"
 	"time"
-
-	"github.com/jackc/pgx/v5"
 
 	"github.com/twophase/coordinator/coordinator"
 	"github.com/twophase/coordinator/store/pgtest"
@@ -24,19 +20,7 @@ func TestReadyzOnReadOnlyDatabase(t *testing.T) {
 	t.Parallel()
 	ctx := t.Context()
 	dbURL := pgtest.URL(t)
-	u, err := url.Parse(dbURL)
-	if err != nil {
-		t.Fatal(err)
-	}
-	admin, err := pgx.Connect(ctx, pgtest.ServerURL())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer admin.Close(context.Background())
-	if _, err := admin.Exec(ctx, "ALTER DATABASE "+pgx.Identifier{strings.TrimPrefix(u.Path, "/")}.Sanitize()+
-		" SET default_transaction_read_only = on"); err != nil {
-		t.Fatal(err)
-	}
+	pgtest.SetReadOnlyByDefault(t, dbURL, true)
 	store, err := postgres.Open(ctx, dbURL, postgres.Options{})
 	if err != nil {
 		t.Fatal(err)

@@ -20,7 +20,7 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
-	"net/url"
+	neturl "net/url"
 	"os"
 	"strings"
 	"sync"
@@ -85,7 +85,7 @@ func SkipShort(t testing.TB) {
 	t.Helper()
 	if testing.Short() {
 		host := "(COORDINATOR_TEST_DATABASE_URL is not a URL)"
-		if u, err := url.Parse(ServerURL()); err == nil {
+		if u, err := neturl.Parse(ServerURL()); err == nil {
 			host = u.Host
 		}
 		t.Skipf("pgtest: needs PostgreSQL (COORDINATOR_TEST_DATABASE_URL, here %s): skipped under -short", host)
@@ -94,7 +94,7 @@ func SkipShort(t testing.TB) {
 
 // DatabaseURL returns the test server's URL with the database replaced by name.
 func DatabaseURL(name string) string {
-	u, err := url.Parse(ServerURL())
+	u, err := neturl.Parse(ServerURL())
 	if err != nil {
 		panic(fmt.Sprintf("pgtest: COORDINATOR_TEST_DATABASE_URL: %v", err))
 	}
@@ -232,5 +232,27 @@ func createFromTemplate(ctx context.Context, name, template string) error {
 			continue
 		}
 		return err
+	}
+}
+
+// SetReadOnlyByDefault makes the transactions of the test database at url read-only by
+// default (on), as a standby's are, or writable again, for sessions opened from then on.
+func SetReadOnlyByDefault(t testing.TB, url string, on bool) {
+	t.Helper()
+	u, err := neturl.Parse(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if err := admin(ctx, func(conn *pgx.Conn) error {
+		setting := " SET default_transaction_read_only = on"
+		if !on {
+			setting = " RESET default_transaction_read_only"
+		}
+		_, err := conn.Exec(ctx, "ALTER DATABASE "+pgx.Identifier{strings.TrimPrefix(u.Path, "/")}.Sanitize()+setting)
+		return err
+	}); err != nil {
+		t.Fatalf("pgtest: set the database read-only by default (%v): %v", on, err)
 	}
 }

@@ -1,14 +1,10 @@
 package postgres_test
 
 import (
-	"context"
 	"errors"
-	"net/url"
 	"strings"
 	"testing"
 	"time"
-
-	"github.com/jackc/pgx/v5"
 
 	"github.com/twophase/coordinator/coordinator"
 	"github.com/twophase/coordinator/store/pgtest"
@@ -23,15 +19,6 @@ func TestReadyReportsReadOnlyDatabase(t *testing.T) {
 	t.Parallel()
 	ctx := t.Context()
 	dbURL := pgtest.URL(t)
-	u, err := url.Parse(dbURL)
-	if err != nil {
-		t.Fatal(err)
-	}
-	admin, err := pgx.Connect(ctx, pgtest.ServerURL())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer admin.Close(context.Background())
 	cfg := coordinator.JobConfig{Participants: []string{"a"}, CheckpointTimeout: time.Minute, MaxConcurrentCheckpoints: 1, AutoCommit: true}
 	writable, err := postgres.Open(ctx, dbURL, postgres.Options{})
 	if err != nil {
@@ -41,10 +28,7 @@ func TestReadyReportsReadOnlyDatabase(t *testing.T) {
 		t.Fatal(err)
 	}
 	writable.Close()
-	name := pgx.Identifier{strings.TrimPrefix(u.Path, "/")}.Sanitize()
-	if _, err := admin.Exec(ctx, "ALTER DATABASE "+name+" SET default_transaction_read_only = on"); err != nil {
-		t.Fatal(err)
-	}
+	pgtest.SetReadOnlyByDefault(t, dbURL, true)
 	st, err := postgres.Open(ctx, dbURL, postgres.Options{})
 	if err != nil {
 		t.Fatal(err)
@@ -69,9 +53,7 @@ func TestReadyReportsReadOnlyDatabase(t *testing.T) {
 	}
 
 	// Writable again: Ready says so at once on new sessions.
-	if _, err := admin.Exec(ctx, "ALTER DATABASE "+name+" RESET default_transaction_read_only"); err != nil {
-		t.Fatal(err)
-	}
+	pgtest.SetReadOnlyByDefault(t, dbURL, false)
 	st2, err := postgres.Open(ctx, dbURL, postgres.Options{})
 	if err != nil {
 		t.Fatal(err)

@@ -80,6 +80,33 @@ func (e PendingAction) Valid() bool {
 	}
 }
 
+// Defines values for Scope.
+const (
+	ScopeAdmin       Scope = "admin"
+	ScopeOperator    Scope = "operator"
+	ScopeParticipant Scope = "participant"
+	ScopeRead        Scope = "read"
+	ScopeTrigger     Scope = "trigger"
+)
+
+// Valid indicates whether the value is a known member of the Scope enum.
+func (e Scope) Valid() bool {
+	switch e {
+	case ScopeAdmin:
+		return true
+	case ScopeOperator:
+		return true
+	case ScopeParticipant:
+		return true
+	case ScopeRead:
+		return true
+	case ScopeTrigger:
+		return true
+	default:
+		return false
+	}
+}
+
 // Defines values for VoteKind.
 const (
 	VoteKindAbort    VoteKind = "abort"
@@ -121,7 +148,12 @@ type Checkpoint struct {
 	CreatedAt   time.Time  `json:"created_at"`
 	Deadline    time.Time  `json:"deadline"`
 	DecidedAt   *time.Time `json:"decided_at"`
-	Id          int64      `json:"id"`
+
+	// DecidedBy The name of the token whose request decided the checkpoint (the last `prepared`
+	// vote, an `abort` vote, a commit or abort request, a registration); null while
+	// `preparing`, without authentication, and for a deadline (and what it cascaded to).
+	DecidedBy *string `json:"decided_by"`
+	Id        int64   `json:"id"`
 
 	// Job Example: sink-a
 	Job          Name                    `json:"job"`
@@ -260,6 +292,11 @@ type JobList struct {
 	NextCursor *string `json:"next_cursor,omitempty"`
 }
 
+// JobPattern A job's name, a prefix of one followed by `*`, or `*` for every job.
+//
+// Example: orders-*
+type JobPattern = string
+
 // Name Example: sink-a
 type Name = string
 
@@ -308,8 +345,9 @@ type Problem struct {
 	// Code Stable machine code: `invalid_request`, `not_found`, `method_not_allowed`,
 	// `vote_conflict`, `fenced`, `not_registered`, `already_decided`, `not_decided`,
 	// `votes_missing`, `lower_checkpoint_open`, `too_many_checkpoints`,
-	// `idempotency_conflict`, `job_busy`, `payload_too_large`,
-	// `unsupported_media_type`, `unavailable`, `internal`. The page `type` names
+	// `idempotency_conflict`, `job_busy`, `token_exists`, `unauthenticated`,
+	// `forbidden`, `payload_too_large`, `unsupported_media_type`,
+	// `misdirected_request`, `unavailable`, `internal`. The page `type` names
 	// (and docs/problems.md) says what each means and what to do.
 	//
 	//
@@ -350,6 +388,70 @@ type Registration struct {
 	// Participant Example: sink-a
 	Participant Name          `json:"participant"`
 	Pending     []PendingItem `json:"pending"`
+}
+
+// Scope defines model for Scope.
+type Scope string
+
+// Token defines model for Token.
+type Token struct {
+	CreatedAt time.Time  `json:"created_at"`
+	ExpiresAt *time.Time `json:"expires_at"`
+
+	// Job A job's name, a prefix of one followed by `*`, or `*` for every job.
+	//
+	// Example: orders-*
+	Job JobPattern `json:"job"`
+
+	// Name Example: sink-a
+	Name        Name    `json:"name"`
+	Participant *string `json:"participant"`
+	Scopes      []Scope `json:"scopes"`
+}
+
+// TokenCreated defines model for TokenCreated.
+type TokenCreated struct {
+	CreatedAt time.Time  `json:"created_at"`
+	ExpiresAt *time.Time `json:"expires_at"`
+
+	// Job A job's name, a prefix of one followed by `*`, or `*` for every job.
+	//
+	// Example: orders-*
+	Job JobPattern `json:"job"`
+
+	// Name Example: sink-a
+	Name        Name    `json:"name"`
+	Participant *string `json:"participant"`
+	Scopes      []Scope `json:"scopes"`
+
+	// Token The secret, shown this once.
+	//
+	// Example: tpc_2h7kq3v5x6m4n8p9r2t3w4y5z6a7b8c9d2e3f4g5
+	Token string `json:"token"`
+}
+
+// TokenList defines model for TokenList.
+type TokenList struct {
+	Items      []Token `json:"items"`
+	NextCursor *string `json:"next_cursor,omitempty"`
+}
+
+// TokenRequest defines model for TokenRequest.
+type TokenRequest struct {
+	// ExpiresAt When it stops being accepted; absent, never.
+	ExpiresAt *time.Time `json:"expires_at,omitempty"`
+
+	// Job A job's name, a prefix of one followed by `*`, or `*` for every job.
+	//
+	// Example: orders-*
+	Job JobPattern `json:"job"`
+
+	// Name Example: sink-a
+	Name Name `json:"name"`
+
+	// Participant With the `participant` scope (and only then), the participant it acts as.
+	Participant *Name   `json:"participant,omitempty"`
+	Scopes      []Scope `json:"scopes"`
 }
 
 // VoteKind defines model for VoteKind.
@@ -437,6 +539,15 @@ type GetCheckpointParams struct {
 	WaitMs *int64 `form:"wait_ms,omitempty" json:"wait_ms,omitempty"`
 }
 
+// ListTokensParams defines parameters for ListTokens.
+type ListTokensParams struct {
+	// Limit Page size, 1 to 1000 (default 100).
+	Limit *Limit `form:"limit,omitempty" json:"limit,omitempty"`
+
+	// Cursor The `next_cursor` of the previous page, as it was returned.
+	Cursor *Cursor `form:"cursor,omitempty" json:"cursor,omitempty"`
+}
+
 // PutJobJSONRequestBody defines body for PutJob for application/json ContentType.
 type PutJobJSONRequestBody = JobConfig
 
@@ -451,6 +562,9 @@ type PutAckJSONRequestBody = AckRequest
 
 // PutVoteJSONRequestBody defines body for PutVote for application/json ContentType.
 type PutVoteJSONRequestBody = VoteRequest
+
+// CreateTokenJSONRequestBody defines body for CreateToken for application/json ContentType.
+type CreateTokenJSONRequestBody = TokenRequest
 
 // ServerInterface represents all server handlers.
 type ServerInterface interface {
@@ -511,6 +625,18 @@ type ServerInterface interface {
 	// RegisterParticipant Start a new epoch for a participant and list what it owes.
 	// (POST /v1/jobs/{job}/participants/{participant}/register)
 	RegisterParticipant(w http.ResponseWriter, r *http.Request, job JobName, participant ParticipantName)
+	// ListTokens List tokens by name (admin); never their secrets.
+	// (GET /v1/tokens)
+	ListTokens(w http.ResponseWriter, r *http.Request, params ListTokensParams)
+	// CreateToken Create a token (admin).
+	// (POST /v1/tokens)
+	CreateToken(w http.ResponseWriter, r *http.Request)
+	// DeleteToken Revoke a token (admin).
+	// (DELETE /v1/tokens/{name})
+	DeleteToken(w http.ResponseWriter, r *http.Request, name Name)
+	// GetToken One token (admin); never its secret.
+	// (GET /v1/tokens/{name})
+	GetToken(w http.ResponseWriter, r *http.Request, name Name)
 }
 
 // Unimplemented server implementation that returns http.StatusNotImplemented for each endpoint.
@@ -628,6 +754,30 @@ func (_ Unimplemented) GetPending(w http.ResponseWriter, r *http.Request, job Jo
 // RegisterParticipant Start a new epoch for a participant and list what it owes.
 // (POST /v1/jobs/{job}/participants/{participant}/register)
 func (_ Unimplemented) RegisterParticipant(w http.ResponseWriter, r *http.Request, job JobName, participant ParticipantName) {
+	w.WriteHeader(http.StatusNotImplemented)
+}
+
+// ListTokens List tokens by name (admin); never their secrets.
+// (GET /v1/tokens)
+func (_ Unimplemented) ListTokens(w http.ResponseWriter, r *http.Request, params ListTokensParams) {
+	w.WriteHeader(http.StatusNotImplemented)
+}
+
+// CreateToken Create a token (admin).
+// (POST /v1/tokens)
+func (_ Unimplemented) CreateToken(w http.ResponseWriter, r *http.Request) {
+	w.WriteHeader(http.StatusNotImplemented)
+}
+
+// DeleteToken Revoke a token (admin).
+// (DELETE /v1/tokens/{name})
+func (_ Unimplemented) DeleteToken(w http.ResponseWriter, r *http.Request, name Name) {
+	w.WriteHeader(http.StatusNotImplemented)
+}
+
+// GetToken One token (admin); never its secret.
+// (GET /v1/tokens/{name})
+func (_ Unimplemented) GetToken(w http.ResponseWriter, r *http.Request, name Name) {
 	w.WriteHeader(http.StatusNotImplemented)
 }
 
@@ -1302,6 +1452,118 @@ func (siw *ServerInterfaceWrapper) RegisterParticipant(w http.ResponseWriter, r 
 	handler.ServeHTTP(w, r)
 }
 
+// ListTokens operation middleware
+func (siw *ServerInterfaceWrapper) ListTokens(w http.ResponseWriter, r *http.Request) {
+
+	var err error
+	_ = err
+
+	// Parameter object where we will unmarshal all parameters from the context
+	var params ListTokensParams
+
+	// ------------- Optional query parameter "limit" -------------
+
+	err = runtime.BindQueryParameterWithOptions("form", true, false, "limit", r.URL.Query(), &params.Limit, runtime.BindQueryParameterOptions{Type: "integer", Format: ""})
+	if err != nil {
+		var requiredError *runtime.RequiredParameterError
+		if errors.As(err, &requiredError) {
+			siw.ErrorHandlerFunc(w, r, &RequiredParamError{ParamName: "limit"})
+		} else {
+			siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "limit", Err: err})
+		}
+		return
+	}
+
+	// ------------- Optional query parameter "cursor" -------------
+
+	err = runtime.BindQueryParameterWithOptions("form", true, false, "cursor", r.URL.Query(), &params.Cursor, runtime.BindQueryParameterOptions{Type: "string", Format: ""})
+	if err != nil {
+		var requiredError *runtime.RequiredParameterError
+		if errors.As(err, &requiredError) {
+			siw.ErrorHandlerFunc(w, r, &RequiredParamError{ParamName: "cursor"})
+		} else {
+			siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "cursor", Err: err})
+		}
+		return
+	}
+
+	handler := http.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		siw.Handler.ListTokens(w, r, params)
+	}))
+
+	for _, middleware := range siw.HandlerMiddlewares {
+		handler = middleware(handler)
+	}
+
+	handler.ServeHTTP(w, r)
+}
+
+// CreateToken operation middleware
+func (siw *ServerInterfaceWrapper) CreateToken(w http.ResponseWriter, r *http.Request) {
+
+	handler := http.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		siw.Handler.CreateToken(w, r)
+	}))
+
+	for _, middleware := range siw.HandlerMiddlewares {
+		handler = middleware(handler)
+	}
+
+	handler.ServeHTTP(w, r)
+}
+
+// DeleteToken operation middleware
+func (siw *ServerInterfaceWrapper) DeleteToken(w http.ResponseWriter, r *http.Request) {
+
+	var err error
+	_ = err
+
+	// ------------- Path parameter "name" -------------
+	var name Name
+
+	err = runtime.BindStyledParameterWithOptions("simple", "name", chi.URLParam(r, "name"), &name, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationPath, Explode: false, Required: true, Type: "string", Format: "", ValueIsUnescaped: r.URL.RawPath == ""})
+	if err != nil {
+		siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "name", Err: err})
+		return
+	}
+
+	handler := http.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		siw.Handler.DeleteToken(w, r, name)
+	}))
+
+	for _, middleware := range siw.HandlerMiddlewares {
+		handler = middleware(handler)
+	}
+
+	handler.ServeHTTP(w, r)
+}
+
+// GetToken operation middleware
+func (siw *ServerInterfaceWrapper) GetToken(w http.ResponseWriter, r *http.Request) {
+
+	var err error
+	_ = err
+
+	// ------------- Path parameter "name" -------------
+	var name Name
+
+	err = runtime.BindStyledParameterWithOptions("simple", "name", chi.URLParam(r, "name"), &name, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationPath, Explode: false, Required: true, Type: "string", Format: "", ValueIsUnescaped: r.URL.RawPath == ""})
+	if err != nil {
+		siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "name", Err: err})
+		return
+	}
+
+	handler := http.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		siw.Handler.GetToken(w, r, name)
+	}))
+
+	for _, middleware := range siw.HandlerMiddlewares {
+		handler = middleware(handler)
+	}
+
+	handler.ServeHTTP(w, r)
+}
+
 type UnescapedCookieParamError struct {
 	ParamName string
 	Err       error
@@ -1456,6 +1718,18 @@ func HandlerWithOptions(si ServerInterface, options ChiServerOptions) http.Handl
 	})
 	r.Group(func(r chi.Router) {
 		r.Get(options.BaseURL+"/v1/checkpoints", wrapper.ListOpenCheckpoints)
+	})
+	r.Group(func(r chi.Router) {
+		r.Get(options.BaseURL+"/v1/tokens", wrapper.ListTokens)
+	})
+	r.Group(func(r chi.Router) {
+		r.Post(options.BaseURL+"/v1/tokens", wrapper.CreateToken)
+	})
+	r.Group(func(r chi.Router) {
+		r.Delete(options.BaseURL+"/v1/tokens/{name}", wrapper.DeleteToken)
+	})
+	r.Group(func(r chi.Router) {
+		r.Get(options.BaseURL+"/v1/tokens/{name}", wrapper.GetToken)
 	})
 	r.Group(func(r chi.Router) {
 		r.Get(options.BaseURL+"/v1/info", wrapper.GetInfo)
@@ -2335,6 +2609,182 @@ func (response RegisterParticipantdefaultApplicationProblemPlusJSONResponse) Vis
 	return err
 }
 
+type ListTokensRequestObject struct {
+	Params ListTokensParams
+}
+
+type ListTokensResponseObject interface {
+	VisitListTokensResponse(w http.ResponseWriter) error
+}
+
+type ListTokens200JSONResponse TokenList
+
+func (response ListTokens200JSONResponse) VisitListTokensResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(200)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type ListTokensdefaultApplicationProblemPlusJSONResponse struct {
+	Body       Problem
+	Headers    ProblemResponseHeaders
+	StatusCode int
+}
+
+func (response ListTokensdefaultApplicationProblemPlusJSONResponse) VisitListTokensResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	if response.Headers.RetryAfter != nil {
+		w.Header().Set("Retry-After", fmt.Sprint(*response.Headers.RetryAfter))
+	}
+	w.WriteHeader(response.StatusCode)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type CreateTokenRequestObject struct {
+	Body *CreateTokenJSONRequestBody
+}
+
+type CreateTokenResponseObject interface {
+	VisitCreateTokenResponse(w http.ResponseWriter) error
+}
+
+type CreateToken201ResponseHeaders struct {
+	Location *string
+}
+
+type CreateToken201JSONResponse struct {
+	Body    TokenCreated
+	Headers CreateToken201ResponseHeaders
+}
+
+func (response CreateToken201JSONResponse) VisitCreateTokenResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	if response.Headers.Location != nil {
+		w.Header().Set("Location", fmt.Sprint(*response.Headers.Location))
+	}
+	w.WriteHeader(201)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type CreateTokendefaultApplicationProblemPlusJSONResponse struct {
+	Body       Problem
+	Headers    ProblemResponseHeaders
+	StatusCode int
+}
+
+func (response CreateTokendefaultApplicationProblemPlusJSONResponse) VisitCreateTokenResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	if response.Headers.RetryAfter != nil {
+		w.Header().Set("Retry-After", fmt.Sprint(*response.Headers.RetryAfter))
+	}
+	w.WriteHeader(response.StatusCode)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type DeleteTokenRequestObject struct {
+	Name Name `json:"name"`
+}
+
+type DeleteTokenResponseObject interface {
+	VisitDeleteTokenResponse(w http.ResponseWriter) error
+}
+
+type DeleteToken204Response struct {
+}
+
+func (response DeleteToken204Response) VisitDeleteTokenResponse(w http.ResponseWriter) error {
+	w.WriteHeader(204)
+	return nil
+}
+
+type DeleteTokendefaultApplicationProblemPlusJSONResponse struct {
+	Body       Problem
+	Headers    ProblemResponseHeaders
+	StatusCode int
+}
+
+func (response DeleteTokendefaultApplicationProblemPlusJSONResponse) VisitDeleteTokenResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	if response.Headers.RetryAfter != nil {
+		w.Header().Set("Retry-After", fmt.Sprint(*response.Headers.RetryAfter))
+	}
+	w.WriteHeader(response.StatusCode)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type GetTokenRequestObject struct {
+	Name Name `json:"name"`
+}
+
+type GetTokenResponseObject interface {
+	VisitGetTokenResponse(w http.ResponseWriter) error
+}
+
+type GetToken200JSONResponse Token
+
+func (response GetToken200JSONResponse) VisitGetTokenResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(200)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type GetTokendefaultApplicationProblemPlusJSONResponse struct {
+	Body       Problem
+	Headers    ProblemResponseHeaders
+	StatusCode int
+}
+
+func (response GetTokendefaultApplicationProblemPlusJSONResponse) VisitGetTokenResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	if response.Headers.RetryAfter != nil {
+		w.Header().Set("Retry-After", fmt.Sprint(*response.Headers.RetryAfter))
+	}
+	w.WriteHeader(response.StatusCode)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
 // StrictServerInterface represents all server handlers.
 type StrictServerInterface interface {
 	// GetHealthz Liveness.
@@ -2394,6 +2844,18 @@ type StrictServerInterface interface {
 	// RegisterParticipant Start a new epoch for a participant and list what it owes.
 	// (POST /v1/jobs/{job}/participants/{participant}/register)
 	RegisterParticipant(ctx context.Context, request RegisterParticipantRequestObject) (RegisterParticipantResponseObject, error)
+	// ListTokens List tokens by name (admin); never their secrets.
+	// (GET /v1/tokens)
+	ListTokens(ctx context.Context, request ListTokensRequestObject) (ListTokensResponseObject, error)
+	// CreateToken Create a token (admin).
+	// (POST /v1/tokens)
+	CreateToken(ctx context.Context, request CreateTokenRequestObject) (CreateTokenResponseObject, error)
+	// DeleteToken Revoke a token (admin).
+	// (DELETE /v1/tokens/{name})
+	DeleteToken(ctx context.Context, request DeleteTokenRequestObject) (DeleteTokenResponseObject, error)
+	// GetToken One token (admin); never its secret.
+	// (GET /v1/tokens/{name})
+	GetToken(ctx context.Context, request GetTokenRequestObject) (GetTokenResponseObject, error)
 }
 
 type StrictHandlerFunc func(ctx context.Context, w http.ResponseWriter, r *http.Request, request any) (any, error)
@@ -2967,6 +3429,115 @@ func (sh *strictHandler) RegisterParticipant(w http.ResponseWriter, r *http.Requ
 		sh.options.ResponseErrorHandlerFunc(w, r, err)
 	} else if validResponse, ok := response.(RegisterParticipantResponseObject); ok {
 		if err := validResponse.VisitRegisterParticipantResponse(w); err != nil {
+			sh.options.ResponseErrorHandlerFunc(w, r, err)
+		}
+	} else if response != nil {
+		sh.options.ResponseErrorHandlerFunc(w, r, fmt.Errorf("unexpected response type: %T", response))
+	}
+}
+
+// ListTokens operation middleware
+func (sh *strictHandler) ListTokens(w http.ResponseWriter, r *http.Request, params ListTokensParams) {
+	var request ListTokensRequestObject
+
+	request.Params = params
+
+	handler := func(ctx context.Context, w http.ResponseWriter, r *http.Request, request interface{}) (interface{}, error) {
+		return sh.ssi.ListTokens(ctx, request.(ListTokensRequestObject))
+	}
+	for _, middleware := range sh.middlewares {
+		handler = middleware(handler, "ListTokens")
+	}
+
+	response, err := handler(r.Context(), w, r, request)
+
+	if err != nil {
+		sh.options.ResponseErrorHandlerFunc(w, r, err)
+	} else if validResponse, ok := response.(ListTokensResponseObject); ok {
+		if err := validResponse.VisitListTokensResponse(w); err != nil {
+			sh.options.ResponseErrorHandlerFunc(w, r, err)
+		}
+	} else if response != nil {
+		sh.options.ResponseErrorHandlerFunc(w, r, fmt.Errorf("unexpected response type: %T", response))
+	}
+}
+
+// CreateToken operation middleware
+func (sh *strictHandler) CreateToken(w http.ResponseWriter, r *http.Request) {
+	var request CreateTokenRequestObject
+
+	var body CreateTokenJSONRequestBody
+	if err := runtime.BindJSONBody(r, &body); err != nil {
+		sh.options.RequestErrorHandlerFunc(w, r, fmt.Errorf("can't decode JSON body: %w", err))
+		return
+	}
+	request.Body = &body
+
+	handler := func(ctx context.Context, w http.ResponseWriter, r *http.Request, request interface{}) (interface{}, error) {
+		return sh.ssi.CreateToken(ctx, request.(CreateTokenRequestObject))
+	}
+	for _, middleware := range sh.middlewares {
+		handler = middleware(handler, "CreateToken")
+	}
+
+	response, err := handler(r.Context(), w, r, request)
+
+	if err != nil {
+		sh.options.ResponseErrorHandlerFunc(w, r, err)
+	} else if validResponse, ok := response.(CreateTokenResponseObject); ok {
+		if err := validResponse.VisitCreateTokenResponse(w); err != nil {
+			sh.options.ResponseErrorHandlerFunc(w, r, err)
+		}
+	} else if response != nil {
+		sh.options.ResponseErrorHandlerFunc(w, r, fmt.Errorf("unexpected response type: %T", response))
+	}
+}
+
+// DeleteToken operation middleware
+func (sh *strictHandler) DeleteToken(w http.ResponseWriter, r *http.Request, name Name) {
+	var request DeleteTokenRequestObject
+
+	request.Name = name
+
+	handler := func(ctx context.Context, w http.ResponseWriter, r *http.Request, request interface{}) (interface{}, error) {
+		return sh.ssi.DeleteToken(ctx, request.(DeleteTokenRequestObject))
+	}
+	for _, middleware := range sh.middlewares {
+		handler = middleware(handler, "DeleteToken")
+	}
+
+	response, err := handler(r.Context(), w, r, request)
+
+	if err != nil {
+		sh.options.ResponseErrorHandlerFunc(w, r, err)
+	} else if validResponse, ok := response.(DeleteTokenResponseObject); ok {
+		if err := validResponse.VisitDeleteTokenResponse(w); err != nil {
+			sh.options.ResponseErrorHandlerFunc(w, r, err)
+		}
+	} else if response != nil {
+		sh.options.ResponseErrorHandlerFunc(w, r, fmt.Errorf("unexpected response type: %T", response))
+	}
+}
+
+// GetToken operation middleware
+func (sh *strictHandler) GetToken(w http.ResponseWriter, r *http.Request, name Name) {
+	var request GetTokenRequestObject
+
+	request.Name = name
+
+	handler := func(ctx context.Context, w http.ResponseWriter, r *http.Request, request interface{}) (interface{}, error) {
+		return sh.ssi.GetToken(ctx, request.(GetTokenRequestObject))
+	}
+	for _, middleware := range sh.middlewares {
+		handler = middleware(handler, "GetToken")
+	}
+
+	response, err := handler(r.Context(), w, r, request)
+
+	if err != nil {
+		sh.options.ResponseErrorHandlerFunc(w, r, err)
+	} else if validResponse, ok := response.(GetTokenResponseObject); ok {
+		if err := validResponse.VisitGetTokenResponse(w); err != nil {
 			sh.options.ResponseErrorHandlerFunc(w, r, err)
 		}
 	} else if response != nil {

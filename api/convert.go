@@ -51,6 +51,7 @@ func checkpointBody(cp *coordinator.Checkpoint) Checkpoint {
 		DecidedAt:    utc(cp.DecidedAt),
 		CompletedAt:  utc(cp.CompletedAt),
 		AbortReason:  optionalString(cp.AbortReason),
+		DecidedBy:    optionalString(cp.DecidedBy),
 		AutoCommit:   cp.AutoCommit,
 		Participants: make([]CheckpointParticipant, len(cp.Participants)),
 	}
@@ -159,6 +160,7 @@ func statuses(filter *StatusFilter) []coordinator.Status {
 // the page's last item, so that a cursor of one listing is refused by another.
 const (
 	cursorJobs        = "jobs"        // the last job's name
+	cursorTokens      = "tokens"      // the last token's name
 	cursorCheckpoints = "checkpoints" // the last checkpoint's id (newest first: next ids are lower)
 	cursorAll         = "all"         // the last checkpoint's Seq (oldest first: next are higher)
 )
@@ -182,11 +184,15 @@ func badCursor() *requestError {
 
 // jobCursor returns the name to list jobs after ("" for the first page, also when the
 // cursor is empty, for scripts that pass the last next_cursor whatever it was).
-func jobCursor(cursor *string) (string, error) {
+func jobCursor(cursor *string) (string, error) { return nameCursor(cursorJobs, cursor) }
+
+// nameCursor returns the name to continue after in a list by name (tag: cursorJobs or
+// cursorTokens), "" for the first page.
+func nameCursor(tag string, cursor *string) (string, error) {
 	if cursor == nil || *cursor == "" {
 		return "", nil
 	}
-	name, ok := decodeCursor(cursorJobs, *cursor)
+	name, ok := decodeCursor(tag, *cursor)
 	if !ok || !coordinator.ValidName(name) {
 		return "", badCursor()
 	}
@@ -208,4 +214,15 @@ func positionCursor(tag string, cursor *string) (int64, error) {
 		return 0, badCursor()
 	}
 	return n, nil
+}
+
+func tokenBody(t *coordinator.Token) Token {
+	scopes := make([]Scope, len(t.Scopes))
+	for i, sc := range t.Scopes {
+		scopes[i] = Scope(sc)
+	}
+	return Token{
+		Name: t.Name, Scopes: scopes, Job: string(t.Job), Participant: optionalString(t.Participant),
+		CreatedAt: t.CreatedAt.UTC(), ExpiresAt: utc(t.ExpiresAt),
+	}
 }

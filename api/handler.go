@@ -36,6 +36,26 @@ type Options struct {
 	// Build is what GET /v1/info answers about the running build and its store. nil
 	// answers it 404 not_found, as a server older than the operation does.
 	Build *BuildInfo
+	// AllowedOrigins are the origins (scheme://host[:port], see CheckOrigin) of the web
+	// pages whose requests are served. A request with any other Origin ("null" never
+	// matches), or with Sec-Fetch-Site: cross-site and no Origin, gets 403 forbidden,
+	// whatever its method and path. None by default: browsers cannot be used against the
+	// coordinator. Clients that are not browsers send neither header.
+	AllowedOrigins []string
+	// AllowedHosts are the hosts (names or addresses, see CheckHost) a request's Host may
+	// name besides the loopback ones (localhost, 127.0.0.0/8, ::1), which are always
+	// allowed; they are compared without the port, in any case. AnyHost allows every
+	// host. Any other Host gets 421 misdirected_request, except on GET and HEAD /healthz
+	// and /readyz.
+	AllowedHosts []string
+	// Auth, when not nil, turns authentication on: every request but the probes needs a
+	// token it accepts, and each route allows only the scopes routeAccess says.
+	Auth *coordinator.Authenticator
+	// Tokens serves /v1/tokens; nil, or authentication off, refuses those routes.
+	Tokens *coordinator.Tokens
+	// MaxWaiters bounds the requests that may wait on purpose (long-polls) held at once;
+	// past it they get 503 unavailable with Retry-After. 0 means no bound.
+	MaxWaiters int
 }
 
 // NewHandler returns the HTTP API of openapi.yaml on svc: the generated routes, with a
@@ -43,7 +63,11 @@ type Options struct {
 // request, the strict input check, and problem+json answers for every error, including
 // unknown routes, wrong methods, bad parameters and panics.
 func NewHandler(svc *coordinator.Service, opts Options) http.Handler {
-	return newHandler(&server{svc: svc, build: opts.Build}, opts)
+	srv := &server{svc: svc, build: opts.Build}
+	if opts.Auth != nil {
+		srv.tokens = opts.Tokens
+	}
+	return newHandler(srv, opts)
 }
 
 // newHandler serves ssi; tests pass a stub to check the HTTP layer alone.
@@ -59,7 +83,7 @@ func newHandler(ssi StrictServerInterface, opts Options) http.Handler {
 	r := chi.NewRouter()
 	// GetHead answers HEAD on every GET route as GET without its body (RFC 9110 9.3.2:
 	// load balancers and monitors probe /healthz with HEAD).
-	r.Use(withRequestID, accessLog(opts.Logger), recoverer(pw), middleware.GetHead)
+	r.Use(withRequestID, accessLog(opts.Logger), recoverer(pw), guards(opts, pw), authenticate(opts.Auth, pw), middleware.GetHead)
 	r.NotFound(pw.notFound)
 	r.MethodNotAllowed(methodNotAllowed(r, pw))
 
@@ -70,16 +94,21 @@ func newHandler(ssi StrictServerInterface, opts Options) http.Handler {
 	return HandlerWithOptions(strict, ChiServerOptions{
 		BaseRouter:       r,
 		ErrorHandlerFunc: pw.paramErrorHandler,
-		Middlewares:      []MiddlewareFunc{operationMiddleware(opts, pw)},
+		// The last runs first: the input check, then the bound on long-polls.
+		Middlewares: []MiddlewareFunc{waiterLimit(opts.MaxWaiters, pw), operationMiddleware(opts, pw)},
 	})
 }
 
 // operationMiddleware runs once the route is known and its parameters parsed, before the
-// generated code reads the body: it applies the timeout and the strict input check of the
-// query string and the body.
+// generated code reads the body: it refuses what the token does not allow, then applies
+// the timeout and the strict input check of the query string and the body.
 func operationMiddleware(opts Options, pw *problemWriter) MiddlewareFunc {
 	return func(next http.Handler) http.Handler {
 		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			if err := authorize(r); err != nil {
+				pw.write(w, r, err)
+				return
+			}
 			if opts.RequestTimeout > 0 {
 				ctx, cancel := context.WithTimeout(r.Context(), opts.RequestTimeout+longPoll(r))
 				defer cancel()
@@ -101,9 +130,9 @@ func operationMiddleware(opts Options, pw *problemWriter) MiddlewareFunc {
 	}
 }
 
-// longPoll is how long the request may wait on purpose (GET checkpoint's wait_ms).
+// longPoll is how long the request may wait on purpose (GET or HEAD checkpoint's wait_ms).
 func longPoll(r *http.Request) time.Duration {
-	if r.Method != http.MethodGet {
+	if r.Method != http.MethodGet && r.Method != http.MethodHead {
 		return 0
 	}
 	ms, err := strconv.ParseInt(r.URL.Query().Get("wait_ms"), 10, 64)

@@ -47,6 +47,7 @@ var requestBodies = map[string]bodySpec{
 	"POST /v1/jobs/{job}/checkpoints/{id}/abort":              {model: reflect.TypeFor[AbortRequest]()},
 	"PUT /v1/jobs/{job}/checkpoints/{id}/acks/{participant}":  {model: reflect.TypeFor[AckRequest](), required: true},
 	"PUT /v1/jobs/{job}/checkpoints/{id}/votes/{participant}": {model: reflect.TypeFor[VoteRequest](), required: true},
+	"POST /v1/tokens":                                         {model: reflect.TypeFor[TokenRequest](), required: true},
 }
 
 // bodySpecFor returns the body spec of the route r was matched to.
@@ -72,6 +73,7 @@ var queryParams = map[string]reflect.Type{
 	"GET /v1/jobs/{job}/checkpoints":      reflect.TypeFor[ListCheckpointsParams](),
 	"GET /v1/jobs/{job}/checkpoints/{id}": reflect.TypeFor[GetCheckpointParams](),
 	"GET /v1/checkpoints":                 reflect.TypeFor[ListOpenCheckpointsParams](),
+	"GET /v1/tokens":                      reflect.TypeFor[ListTokensParams](),
 }
 
 // queryNames is queryParams with the names read out of the types.

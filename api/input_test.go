@@ -82,7 +82,7 @@ func stubHandler(t *testing.T, logs io.Writer) http.Handler {
 	if logs == nil {
 		logs = io.Discard
 	}
-	return newHandler(stubServer{}, Options{MaxBodyBytes: 256, Logger: slog.New(slog.NewJSONHandler(logs, nil))})
+	return newHandler(stubServer{}, Options{MaxBodyBytes: 256, Logger: slog.New(slog.NewJSONHandler(logs, nil)), AllowedHosts: testHosts})
 }
 
 type rawRequest struct {
@@ -371,7 +371,7 @@ func TestAccessLog(t *testing.T) {
 	}
 	serve := func(level slog.Level, method, path string) (*httptest.ResponseRecorder, []byte) {
 		var logs bytes.Buffer
-		h := newHandler(stubServer{}, Options{MaxBodyBytes: 256,
+		h := newHandler(stubServer{}, Options{MaxBodyBytes: 256, AllowedHosts: testHosts,
 			Logger: slog.New(slog.NewJSONHandler(&logs, &slog.HandlerOptions{Level: level}))})
 		r := httptest.NewRequest(method, path, nil)
 		r.Header.Set("X-Request-Id", "log-me")
@@ -434,8 +434,8 @@ func TestRequestBodiesCoverRoutes(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(routes) != 19 {
-		t.Errorf("%d routes, want the 19 operations of openapi.yaml: %v", len(routes), routes)
+	if len(routes) != 23 {
+		t.Errorf("%d routes, want the 23 operations of openapi.yaml: %v", len(routes), routes)
 	}
 	for key, spec := range requestBodies {
 		if !routes[key] {
@@ -492,14 +492,14 @@ func ok200(s string) jsonResponse { return ok(map[string]string{"left": s}) }
 
 func TestRequestTimeout(t *testing.T) {
 	t.Parallel()
-	h := newHandler(slowServer{}, Options{RequestTimeout: 50 * time.Millisecond, Logger: slog.New(slog.DiscardHandler)})
+	h := newHandler(slowServer{}, Options{RequestTimeout: 50 * time.Millisecond, Logger: slog.New(slog.DiscardHandler), AllowedHosts: testHosts})
 	resp := rawRequest{method: "GET", path: "/v1/jobs"}.do(t, h)
 	decodeProblem(t, resp, 503, "unavailable")
 	if resp.Header.Get("Retry-After") != "1" {
 		t.Errorf("Retry-After = %q", resp.Header.Get("Retry-After"))
 	}
 
-	h = newHandler(slowServer{}, Options{RequestTimeout: 10 * time.Second, Logger: slog.New(slog.DiscardHandler)})
+	h = newHandler(slowServer{}, Options{RequestTimeout: 10 * time.Second, Logger: slog.New(slog.DiscardHandler), AllowedHosts: testHosts})
 	for query, want := range map[string]string{"": "10s", "?wait_ms=20000": "30s", "?wait_ms=0": "10s"} {
 		resp := rawRequest{method: "GET", path: "/v1/jobs/j/checkpoints/1" + query}.do(t, h)
 		got, _ := io.ReadAll(resp.Body)
@@ -529,7 +529,7 @@ func FuzzInputCheck(f *testing.F) {
 	} {
 		f.Add(seed.contentType, seed.body)
 	}
-	h := newHandler(stubServer{}, Options{MaxBodyBytes: 4096, Logger: slog.New(slog.DiscardHandler)})
+	h := newHandler(stubServer{}, Options{MaxBodyBytes: 4096, Logger: slog.New(slog.DiscardHandler), AllowedHosts: testHosts})
 	operations := []struct {
 		method, path string
 		model        any

@@ -36,7 +36,9 @@ func (emptyStore) PutJob(_ context.Context, name string, cfg coordinator.JobConf
 func (emptyStore) GetJob(context.Context, string) (*coordinator.Job, error) {
 	return nil, coordinator.ErrNotFound
 }
-func (emptyStore) ListJobs(context.Context, string, int) ([]*coordinator.Job, error) { return nil, nil }
+func (emptyStore) ListJobs(context.Context, coordinator.JobPattern, string, int) ([]*coordinator.Job, error) {
+	return nil, nil
+}
 func (emptyStore) ListCheckpoints(context.Context, coordinator.CheckpointQuery) ([]*coordinator.Checkpoint, error) {
 	return nil, nil
 }
@@ -78,7 +80,7 @@ func FuzzParameters(f *testing.F) {
 		f.Add(seed.job, seed.participant, seed.id, seed.query, seed.key)
 	}
 	svc := coordinator.NewService(emptyStore{}, nil)
-	h := NewHandler(svc, Options{Logger: slog.New(slog.DiscardHandler), RequestTimeout: 5 * time.Second})
+	h := NewHandler(svc, Options{Logger: slog.New(slog.DiscardHandler), RequestTimeout: 5 * time.Second, AllowedHosts: testHosts})
 	f.Fuzz(func(t *testing.T, job, participant, id, query, key string) {
 		j, p, i := url.PathEscape(job), url.PathEscape(participant), url.PathEscape(id)
 		cp := "/v1/jobs/" + j + "/checkpoints/" + i

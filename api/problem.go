@@ -158,6 +158,36 @@ var problemTable = []problemKind{
 			"`pending` lists (`GET /v1/checkpoints` shows what is open), then delete the job again.",
 	},
 	{
+		code: string(coordinator.CodeTokenExists), status: http.StatusConflict, title: "Token exists",
+		when:  "Creating a token (`POST /v1/tokens`) under a name that a token has already, or under `admin`, the name of the configured admin token.",
+		retry: "No, not under this name.",
+		action: "Choose another name, or revoke the token of that name first (`DELETE /v1/tokens/{name}`) " +
+			"if it is to be replaced.",
+	},
+	{
+		code: string(coordinator.CodeUnauthenticated), status: http.StatusUnauthorized, title: "Unauthenticated",
+		when: "Authentication is on and the request carries no `Authorization: Bearer <token>` header, or " +
+			"its token is unknown, revoked or expired. Only `GET /healthz` and `GET /readyz` need no token. " +
+			"The answer carries `WWW-Authenticate: Bearer`; it changed nothing.",
+		retry: "No, not with this token.",
+		action: "Send a token that an admin created for you (`POST /v1/tokens`, `coordinator token create`). " +
+			"A revoked or expired token stays refused: ask for a new one.",
+	},
+	{
+		code: string(coordinator.CodeForbidden), status: http.StatusForbidden, title: "Forbidden",
+		when: "The token is valid but does not allow the request: the `detail` names the scope that would " +
+			"(and, for a participant token, the participant it acts as). The answer is the same whether " +
+			"the job exists or not, and it changed nothing. Or the request came from a web browser, for a " +
+			"page the coordinator does not serve: it carries an `Origin` that is not one of " +
+			"`--allowed-origins` (`null` never is), or `Sec-Fetch-Site: cross-site` and no `Origin`. That " +
+			"is checked first, whatever the method and the path, and changes nothing either.",
+		retry: "No, not with this token, nor from this page.",
+		action: "Use a token with the scope the `detail` names on this job (`GET /v1/tokens/{name}` shows " +
+			"a token's scopes and job pattern), or ask an admin for one. From a web page: serve the page " +
+			"from an origin in `--allowed-origins`. Programs that are not browsers send no `Origin` and " +
+			"are not refused.",
+	},
+	{
 		code: codePayloadTooLarge, status: http.StatusRequestEntityTooLarge, title: "Payload too large",
 		when:  "A request body larger than the coordinator's `--max-body-bytes` (1 MiB unless set).",
 		retry: "No: the same body gets the same answer.",
@@ -171,10 +201,22 @@ var problemTable = []problemKind{
 		action: "Send `Content-Type: application/json` (or another `application/*+json` type) with the body.",
 	},
 	{
+		code: codeMisdirectedRequest, status: http.StatusMisdirectedRequest, title: "Misdirected request",
+		when: "The request's `Host` names a host this coordinator does not serve: neither one of its " +
+			"loopback names (`localhost`, `127.0.0.0/8`, `::1`), nor the host of its `--listen` address, " +
+			"nor one of its `--allowed-hosts`. This keeps a web page of another site from reaching it " +
+			"through a name of its own that resolves to the coordinator's address (DNS rebinding). " +
+			"`GET` and `HEAD` `/healthz` and `/readyz` are not checked. The request changed nothing.",
+		retry: "No, not under this host name.",
+		action: "Send the request to a name the coordinator serves, or start the coordinator with this " +
+			"name in `--allowed-hosts` (`*` allows every name, behind a proxy that checks it).",
+	},
+	{
 		code: codeUnavailable, status: http.StatusServiceUnavailable, title: "Service unavailable",
 		when: "The database cannot be reached or refuses writes (its disk is full, it is read-only), " +
 			"or the request ran out of the coordinator's `--request-timeout` (its job's row locked " +
-			"elsewhere, say). `/readyz` answers it while the coordinator is not ready. The `detail` " +
+			"elsewhere, say), or it is a long-poll while the coordinator holds as many as it may at once " +
+			"(`--max-waiters`). `/readyz` answers it while the coordinator is not ready. The `detail` " +
 			"says whether the request may have been applied.",
 		retry: "Yes, as it was (same body, same `Idempotency-Key`), after the `Retry-After` seconds " +
 			"and with backoff. That is safe even when it may have been applied: votes, acks, commits " +
@@ -377,6 +419,11 @@ type problemWriter struct {
 
 // write answers err as an application/problem+json document.
 func (pw *problemWriter) write(w http.ResponseWriter, r *http.Request, err error) {
+	if errors.Is(context.Cause(r.Context()), errTokenRevoked) {
+		// A long-poll whose token was revoked while it waited.
+		w.Header().Set("WWW-Authenticate", `Bearer realm="coordinator", error="invalid_token"`)
+		err = unauthenticatedError("the token was revoked while the request waited")
+	}
 	p := problemFor(err)
 	id := RequestID(r.Context())
 	if id != "" {

@@ -21,7 +21,8 @@ import (
 type server struct {
 	problemPages // GET /problems and /problems/{code}
 	svc          *coordinator.Service
-	build        *BuildInfo // for GET /v1/info; nil: not known
+	build        *BuildInfo          // for GET /v1/info; nil: not known
+	tokens       *coordinator.Tokens // for /v1/tokens; nil: authentication is off
 }
 
 var _ StrictServerInterface = (*server)(nil)
@@ -53,7 +54,7 @@ func (s *server) ListJobs(ctx context.Context, req ListJobsRequestObject) (ListJ
 	if err != nil {
 		return nil, err
 	}
-	jobs, more, err := s.svc.ListJobs(ctx, after, limit)
+	jobs, more, err := s.svc.ListJobs(ctx, reachOf(ctx), after, limit)
 	if err != nil {
 		return nil, err
 	}
@@ -185,6 +186,7 @@ func (s *server) ListOpenCheckpoints(ctx context.Context, req ListOpenCheckpoint
 		sts = defaultOpenStatuses
 	}
 	cps, more, err := s.svc.ListCheckpoints(ctx, coordinator.CheckpointQuery{
+		Jobs:     reachOf(ctx),
 		Statuses: sts,
 		After:    after, // oldest first: Seq above After
 		Limit:    limit,
@@ -242,7 +244,15 @@ func (s *server) AbortCheckpoint(ctx context.Context, req AbortCheckpointRequest
 	if req.Body != nil && req.Body.Reason != nil {
 		reason = *req.Body.Reason
 	}
-	cp, err := s.svc.Abort(ctx, req.Job, req.Id, reason)
+	var cp *coordinator.Checkpoint
+	var err error
+	if p := principalOf(ctx); p != nil && !p.Can(coordinator.ScopeOperator, req.Job) {
+		// authorize let a participant token through: it may veto what expects it.
+		participant, _ := p.Participant(req.Job)
+		cp, err = s.svc.AbortAsParticipant(ctx, req.Job, req.Id, participant, reason)
+	} else {
+		cp, err = s.svc.Abort(ctx, req.Job, req.Id, reason)
+	}
 	if err != nil {
 		return nil, err
 	}

@@ -24,6 +24,10 @@ const (
 	CodeTooManyCheckpoints  Code = "too_many_checkpoints"
 	CodeIdempotencyConflict Code = "idempotency_conflict"
 	CodeJobBusy             Code = "job_busy"
+	CodeTokenExists         Code = "token_exists"
+	CodeUnauthenticated     Code = "unauthenticated"
+	CodeForbidden           Code = "forbidden"
+	CodePayloadTooLarge     Code = "payload_too_large"
 	CodeUnavailable         Code = "unavailable"
 )
 
@@ -88,6 +92,10 @@ var (
 	ErrTooManyCheckpoints  = &Error{Code: CodeTooManyCheckpoints}
 	ErrIdempotencyConflict = &Error{Code: CodeIdempotencyConflict}
 	ErrJobBusy             = &Error{Code: CodeJobBusy}
+	ErrTokenExists         = &Error{Code: CodeTokenExists}
+	ErrUnauthenticated     = &Error{Code: CodeUnauthenticated}
+	ErrForbidden           = &Error{Code: CodeForbidden}
+	ErrPayloadTooLarge     = &Error{Code: CodePayloadTooLarge}
 	ErrUnavailable         = &Error{Code: CodeUnavailable}
 )
 

@@ -98,7 +98,7 @@ func participantIn(cps map[int64]*Checkpoint, id int64, name string) *Participan
 
 // setDecision copies from's status and the fields that record its decision.
 func (c *Checkpoint) setDecision(from *Checkpoint) {
-	c.Status, c.DecidedAt, c.CompletedAt, c.AbortReason = from.Status, from.DecidedAt, from.CompletedAt, from.AbortReason
+	c.Status, c.DecidedAt, c.CompletedAt, c.AbortReason, c.DecidedBy = from.Status, from.DecidedAt, from.CompletedAt, from.AbortReason, from.DecidedBy
 }
 
 // CloneJob returns a copy of a job whose Epochs and Seq can change without changing j, for

@@ -49,7 +49,10 @@ type JobState struct {
 	Job       *Job
 	Preparing []*Checkpoint
 	Mutation  Mutation
-	jobOwned  bool
+	// By is the name of the token whose request the rules serve, recorded as decided_by on
+	// what they decide; empty without authentication. Deadlines decide by nobody.
+	By       string
+	jobOwned bool
 }
 
 // ownJob makes Job the state's own copy, to change.
@@ -101,7 +104,7 @@ func (r *JobState) Expire() {
 		if expired == nil {
 			return
 		}
-		r.abort(expired, expiryReason(expired))
+		r.abort(expired, expiryReason(expired), "")
 	}
 }
 
@@ -123,22 +126,24 @@ func expiryReason(cp *Checkpoint) string {
 	return "deadline passed; no vote in time from: " + strings.Join(late, ", ")
 }
 
-// abort decides abort for cp and cascades to every higher preparing checkpoint.
-func (r *JobState) abort(cp *Checkpoint, reason string) {
-	r.decideAbort(cp, reason)
+// abort decides abort for cp, on the request of by (empty: by nobody, as at a deadline),
+// and cascades to every higher preparing checkpoint.
+func (r *JobState) abort(cp *Checkpoint, reason, by string) {
+	r.decideAbort(cp, reason, by)
 	for _, higher := range append([]*Checkpoint(nil), r.Preparing...) {
 		if higher.ID > cp.ID {
-			r.decideAbort(higher, fmt.Sprintf("lower checkpoint %d aborted", cp.ID))
+			r.decideAbort(higher, fmt.Sprintf("lower checkpoint %d aborted", cp.ID), by)
 		}
 	}
 }
 
-func (r *JobState) decideAbort(cp *Checkpoint, reason string) {
+func (r *JobState) decideAbort(cp *Checkpoint, reason, by string) {
 	now := r.Now
 	cp.Status = StatusAborted
 	cp.DecidedAt = &now
 	cp.CompletedAt = &now
 	cp.AbortReason = reason
+	cp.DecidedBy = by
 	r.drop(cp)
 	r.statusChanged(cp)
 }
@@ -147,6 +152,7 @@ func (r *JobState) decideCommit(cp *Checkpoint) {
 	now := r.Now
 	cp.Status = StatusCommitting
 	cp.DecidedAt = &now
+	cp.DecidedBy = r.By
 	r.drop(cp)
 	r.statusChanged(cp)
 }
@@ -226,7 +232,7 @@ func (r *JobState) Vote(cp *Checkpoint, participant string, v Vote) error {
 		if v.Reason != "" {
 			reason += ": " + v.Reason
 		}
-		r.abort(cp, reason)
+		r.abort(cp, reason, r.By)
 		return nil
 	}
 	r.Advance()
@@ -274,7 +280,7 @@ func (r *JobState) Abort(cp *Checkpoint, reason string) error {
 	if reason == "" {
 		reason = "aborted on request"
 	}
-	r.abort(cp, reason)
+	r.abort(cp, reason, r.By)
 	return nil
 }
 
@@ -330,7 +336,7 @@ func (r *JobState) Register(participant string) int64 {
 			continue // aborted by the cascade of a lower one
 		}
 		if p := cp.Participant(participant); p != nil && p.Vote == "" {
-			r.abort(cp, fmt.Sprintf("participant %s registered again (epoch %d) before voting", participant, epoch))
+			r.abort(cp, fmt.Sprintf("participant %s registered again (epoch %d) before voting", participant, epoch), r.By)
 		}
 	}
 	return epoch

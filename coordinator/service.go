@@ -35,6 +35,19 @@ func (s *Service) EndWaits() {
 	s.closeOnce.Do(func() { close(s.closing) })
 }
 
+type actorKey struct{}
+
+// WithActor returns ctx carrying the name of the token on whose request the Service acts,
+// recorded as decided_by on what the request decides.
+func WithActor(ctx context.Context, name string) context.Context {
+	return context.WithValue(ctx, actorKey{}, name)
+}
+
+func actorOf(ctx context.Context) string {
+	name, _ := ctx.Value(actorKey{}).(string)
+	return name
+}
+
 // Ready reports whether the store can serve.
 func (s *Service) Ready(ctx context.Context) error { return s.store.Ready(ctx) }
 
@@ -79,13 +92,17 @@ func (s *Service) view(job *Job) *Job {
 }
 
 // ListJobs returns a page of jobs by name after the given one, and whether more follow.
-func (s *Service) ListJobs(ctx context.Context, after string, limit int) ([]*Job, bool, error) {
+// Only the jobs that pattern matches are listed (empty: every job).
+func (s *Service) ListJobs(ctx context.Context, pattern JobPattern, after string, limit int) ([]*Job, bool, error) {
 	var f fieldErrors
 	validatePageSize(&f, limit)
+	if pattern != "" && !ValidJobPattern(pattern) {
+		f.add("job", "%q is not a job pattern: a job's name, a prefix of one ending in *, or *", pattern)
+	}
 	if err := f.err(); err != nil {
 		return nil, false, err
 	}
-	jobs, err := s.store.ListJobs(ctx, after, limit+1)
+	jobs, err := s.store.ListJobs(ctx, pattern, after, limit+1)
 	if err != nil {
 		return nil, false, fmt.Errorf("list jobs: %w", err)
 	}
@@ -106,6 +123,9 @@ func (s *Service) ListCheckpoints(ctx context.Context, q CheckpointQuery) ([]*Ch
 	validatePageSize(&f, limit)
 	if q.Job != "" {
 		f.name("job", q.Job)
+	}
+	if q.Jobs != "" && !ValidJobPattern(q.Jobs) {
+		f.add("job", "%q is not a job pattern: a job's name, a prefix of one ending in *, or *", q.Jobs)
 	}
 	for _, st := range q.Statuses {
 		if !st.Valid() {
@@ -348,6 +368,22 @@ func (s *Service) Abort(ctx context.Context, job string, id int64, reason string
 	return s.onCheckpoint(ctx, job, id, func(st *JobState, cp *Checkpoint) error { return st.Abort(cp, reason) })
 }
 
+// AbortAsParticipant is Abort on the request of participant, whose token allows it to
+// veto only the checkpoints it is expected in: any other gets forbidden, and changes
+// nothing.
+func (s *Service) AbortAsParticipant(ctx context.Context, job string, id int64, participant, reason string) (*Checkpoint, error) {
+	if err := ValidateAbort(job, id, reason); err != nil {
+		return nil, err
+	}
+	return s.onCheckpoint(ctx, job, id, func(st *JobState, cp *Checkpoint) error {
+		if cp.Participant(participant) == nil {
+			return &Error{Code: CodeForbidden, Message: fmt.Sprintf(
+				"this token acts as participant %s, which checkpoint %d does not expect: aborting it needs the operator scope", participant, id)}
+		}
+		return st.Abort(cp, reason)
+	})
+}
+
 // Ack records that a participant applied a checkpoint's decision.
 func (s *Service) Ack(ctx context.Context, job string, id int64, participant string, epoch int64) (*Checkpoint, error) {
 	if err := ValidateAck(job, id, participant, epoch); err != nil {
@@ -390,7 +426,7 @@ func (s *Service) update(ctx context.Context, job string, checkpoint int64, deci
 		if err != nil {
 			return err
 		}
-		st := &JobState{Now: tx.Now(), Job: tx.Job(), Preparing: preparing}
+		st := &JobState{Now: tx.Now(), Job: tx.Job(), Preparing: preparing, By: actorOf(ctx)}
 		st.Expire()
 		decideErr := decide(st, tx)
 		if decideErr != nil && !IsRejection(decideErr) {
@@ -452,7 +488,7 @@ const sweepJobTimeout = 500 * time.Millisecond
 func (s *Service) RunSweeper(ctx context.Context, interval time.Duration) {
 	t := time.NewTicker(interval)
 	defer t.Stop()
-	var failing failures
+	failing := failures{what: "sweep expired checkpoints"}
 	for {
 		select {
 		case <-ctx.Done():
@@ -470,8 +506,9 @@ func (s *Service) RunSweeper(ctx context.Context, interval time.Duration) {
 // sweepWarnEvery is how often a sweeper that keeps failing says so.
 const sweepWarnEvery = 30 * time.Second
 
-// failures counts the sweeper's failures in a row, to warn of them at a bounded rate.
+// failures counts a background task's failures in a row, to warn of them at a bounded rate.
 type failures struct {
+	what     string    // the task, as the warning names it
 	count    int       // in a row
 	warnedAt time.Time // last warning
 }
@@ -479,13 +516,13 @@ type failures struct {
 func (f *failures) note(logger *slog.Logger, now time.Time, err error) {
 	switch {
 	case err == nil && f.count > 0:
-		logger.Info("sweeping expired checkpoints works again", "failed_sweeps", f.count)
-		*f = failures{}
+		logger.Info(f.what+": works again", "failed_attempts", f.count)
+		*f = failures{what: f.what}
 	case err == nil:
 	case f.count == 0 || now.Sub(f.warnedAt) >= sweepWarnEvery:
 		f.count++
 		f.warnedAt = now
-		logger.Warn("sweep expired checkpoints", "error", err, "failed_sweeps", f.count)
+		logger.Warn(f.what, "error", err, "failed_attempts", f.count)
 	default:
 		f.count++
 	}

@@ -15,7 +15,7 @@ func TestSweeperFailuresAreRateLimited(t *testing.T) {
 	t.Parallel()
 	var buf bytes.Buffer
 	logger := slog.New(slog.NewTextHandler(&buf, nil))
-	var f failures
+	f := failures{what: "sweep expired checkpoints"}
 	start := time.Unix(1000, 0)
 	down := errors.New("the database is down")
 	for i := range 300 { // a minute of failures, every 200 ms
@@ -27,7 +27,7 @@ func TestSweeperFailuresAreRateLimited(t *testing.T) {
 	if len(lines) != 3 {
 		t.Fatalf("%d log lines for a minute of failures and a recovery, want 3 (first, after 30 s, recovered):\n%s", len(lines), buf.String())
 	}
-	if !strings.Contains(lines[0], "failed_sweeps=1") || !strings.Contains(lines[1], "level=WARN") || !strings.Contains(lines[2], "works again") || !strings.Contains(lines[2], "failed_sweeps=300") {
+	if !strings.Contains(lines[0], "failed_attempts=1") || !strings.Contains(lines[1], "level=WARN") || !strings.Contains(lines[2], "works again") || !strings.Contains(lines[2], "failed_attempts=300") {
 		t.Fatalf("unexpected lines:\n%s", buf.String())
 	}
 }

@@ -32,8 +32,9 @@ type Store interface {
 	PutJob(ctx context.Context, name string, cfg JobConfig) (job *Job, created bool, err error)
 	// GetJob returns the job with LastCheckpoint and LastCommitted filled.
 	GetJob(ctx context.Context, name string) (*Job, error)
-	// ListJobs returns up to limit jobs with names after the given one, by name.
-	ListJobs(ctx context.Context, after string, limit int) ([]*Job, error)
+	// ListJobs returns up to limit jobs that pattern matches (empty: every job) with names
+	// after the given one, by name.
+	ListJobs(ctx context.Context, pattern JobPattern, after string, limit int) ([]*Job, error)
 	// ListCheckpoints returns checkpoints as q selects them.
 	ListCheckpoints(ctx context.Context, q CheckpointQuery) ([]*Checkpoint, error)
 	// ExpiredJobs names the jobs with a preparing checkpoint whose deadline has passed by the

@@ -123,7 +123,10 @@ type Checkpoint struct {
 	DecidedAt   *time.Time
 	CompletedAt *time.Time
 	AbortReason string
-	AutoCommit  bool
+	// DecidedBy is the name of the token whose request decided the checkpoint; empty when
+	// no token did (no authentication, a deadline, a cascade a deadline caused).
+	DecidedBy  string
+	AutoCommit bool
 	// Participants are the expected voters, copied from the job when it opened, in the job's
 	// order.
 	Participants []ParticipantState
@@ -195,7 +198,9 @@ type IdempotencyRecord struct {
 // CheckpointQuery selects checkpoints for listing.
 type CheckpointQuery struct {
 	// Job restricts to one job; empty means every job (oldest first), else newest first.
-	Job      string
+	Job string
+	// Jobs restricts a list across jobs to those the pattern matches; empty means every job.
+	Jobs     JobPattern
 	Statuses []Status
 	// After is the position to continue from, exclusive; 0 starts at the beginning. Within
 	// a job (newest first) it is a checkpoint id, and the page holds lower ids. Across jobs

@@ -232,3 +232,62 @@ func validIdempotencyKey(k string) bool {
 	}
 	return true
 }
+
+// ValidJobPattern reports whether p is a job's name, a prefix of one followed by "*", or
+// "*" alone.
+func ValidJobPattern(p JobPattern) bool {
+	prefix, isPrefix := p.Prefix()
+	if !isPrefix {
+		return ValidName(prefix)
+	}
+	// A prefix may end in a character that cannot end a name but may continue one ("orders-*").
+	return prefix == "" || ValidName(prefix) || ValidName(prefix+"x")
+}
+
+// ValidateToken checks a token to create: a valid name, one to
+// len(Scopes) distinct scopes, a valid job pattern, and for the participant scope one job
+// (not a pattern) and one participant; an expiry, if any, after now.
+func ValidateToken(t *Token, now time.Time) error {
+	var f fieldErrors
+	f.name("name", t.Name)
+	if len(t.Scopes) == 0 {
+		f.add("scopes", "at least one scope is required: %s", scopeList())
+	}
+	seen := map[Scope]bool{}
+	for i, s := range t.Scopes {
+		field := fmt.Sprintf("scopes[%d]", i)
+		if !s.Valid() {
+			f.add(field, "%q is not a scope: one of %s", s, scopeList())
+		} else if seen[s] {
+			f.add(field, "%q appears more than once", s)
+		}
+		seen[s] = true
+	}
+	if !ValidJobPattern(t.Job) {
+		f.add("job", "%q is not a job pattern: a job's name, a prefix of one ending in *, or * for every job", t.Job)
+	}
+	if seen[ScopeParticipant] {
+		if _, isPrefix := t.Job.Prefix(); isPrefix {
+			f.add("job", "a token with the participant scope acts in one job: name it, not a pattern")
+		}
+		if t.Participant == "" {
+			f.add("participant", "a token with the participant scope names the participant it acts as")
+		} else {
+			f.name("participant", t.Participant)
+		}
+	} else if t.Participant != "" {
+		f.add("participant", "only a token with the participant scope names a participant")
+	}
+	if t.ExpiresAt != nil && !t.ExpiresAt.After(now) {
+		f.add("expires_at", "must be in the future")
+	}
+	return f.err()
+}
+
+func scopeList() string {
+	names := make([]string, len(Scopes))
+	for i, s := range Scopes {
+		names[i] = string(s)
+	}
+	return strings.Join(names, ", ")
+}

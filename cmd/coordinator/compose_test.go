@@ -134,6 +134,10 @@ func TestComposeFile(t *testing.T) {
 	if cfg.databaseWait != 30*time.Second {
 		t.Errorf("database wait %s, want COORDINATOR_DATABASE_WAIT=30s", cfg.databaseWait)
 	}
+	if !slices.Contains(cfg.apiAllowedHosts(), "coordinator") {
+		t.Errorf("allowed hosts %q: want the service's name, coordinator, under which the project's other containers reach it",
+			cfg.apiAllowedHosts())
+	}
 	u, err := url.Parse(cfg.databaseURL)
 	if err != nil || u.Hostname() != "postgres" || u.Path != "/coordinator" {
 		t.Errorf("COORDINATOR_DATABASE_URL %q: want the postgres service's database coordinator", cli.RedactURL(cfg.databaseURL))

@@ -29,9 +29,26 @@ type config struct {
 	shutdownTimeout time.Duration
 	sweepInterval   time.Duration
 	debugListen     string
+	tlsCertFile     string // with tlsKeyFile: serve HTTPS only
+	tlsKeyFile      string
+	tlsClientCAFile string // with it, every client must present a certificate signed by one of its CAs
 	logFormat       string
 	logLevel        slog.Level
 	yes             bool // migrate down: the operator confirmed that every table goes
+
+	token tokenFlags // the token command's own flags (token.go)
+
+	// Access control (auth.go).
+	adminTokenFile string
+	adminToken     string // read from adminTokenFile or COORDINATOR_ADMIN_TOKEN; never logged
+	insecureNoAuth bool
+
+	// The transport (transport.go).
+	readHeaderTimeout time.Duration
+	maxHeaderBytes    int
+	maxWaiters        int
+	allowedOrigins    string // comma-separated
+	allowedHosts      string // comma-separated
 }
 
 // envPrefix starts every environment twin. Variables with it that no setting knows are
@@ -52,9 +69,17 @@ func define(command string, cfg *config) *cli.Settings {
 	fs := s.FS
 
 	if command == "serve" {
-		fs.StringVar(&cfg.listen, "listen", ":8080",
-			"`address` to serve HTTP on; port 0 picks a free port (the \"listening\" log line shows it)")
+		fs.StringVar(&cfg.listen, "listen", defaultListen,
+			"`address` to serve HTTP on; port 0 picks a free port (the \"listening\" log line shows it). Without authentication "+
+				"only a loopback address is accepted, unless --insecure-no-auth")
 		s.Twin("listen", "COORDINATOR_LISTEN")
+		fs.StringVar(&cfg.adminTokenFile, "admin-token-file", "",
+			"`file` holding the admin token (at least 32 characters, e.g. 'openssl rand -hex 32'); it turns authentication on. "+
+				"COORDINATOR_ADMIN_TOKEN may hold the token itself instead")
+		s.Twin("admin-token-file", "COORDINATOR_ADMIN_TOKEN_FILE")
+		fs.BoolVar(&cfg.insecureNoAuth, "insecure-no-auth", false,
+			"serve without authentication on an address other than loopback: anyone who reaches it can do anything")
+		s.Twin("insecure-no-auth", "COORDINATOR_INSECURE_NO_AUTH")
 	}
 	fs.StringVar(&cfg.databaseURL, "database-url", "",
 		"PostgreSQL `URL` (postgres://user:password@host:5432/db?sslmode=disable). Without one, the embedded store in --data-dir is used")
@@ -68,6 +93,9 @@ func define(command string, cfg *config) *cli.Settings {
 	fs.StringVar(&cfg.dataDir, "data-dir", "./coordinator-data",
 		"`directory` of the embedded store, used when no --database-url is given. Only one coordinator process may use a data directory")
 	s.Twin("data-dir", "COORDINATOR_DATA_DIR")
+	if command == "token" {
+		defineToken(fs, &cfg.token)
+	}
 	if command == "migrate" {
 		fs.BoolVar(&cfg.yes, "yes", false,
 			"confirm 'migrate down', which drops every table of the coordinator and all its data (without it, down refuses)")
@@ -97,6 +125,34 @@ func define(command string, cfg *config) *cli.Settings {
 		fs.StringVar(&cfg.debugListen, "debug-listen", "",
 			"`address` to serve Go's profiles on (/debug/pprof/), apart from the API; empty: none. Keep it on loopback: profiles show the process's internals")
 		s.Twin("debug-listen", "COORDINATOR_DEBUG_LISTEN")
+		fs.DurationVar(&cfg.readHeaderTimeout, "read-header-timeout", defaultReadHeaderTimeout,
+			"how long (`duration`) a client may take to send a request's headers before its connection is closed")
+		s.Twin("read-header-timeout", "COORDINATOR_READ_HEADER_TIMEOUT")
+		fs.IntVar(&cfg.maxHeaderBytes, "max-header-bytes", defaultMaxHeaderBytes,
+			"largest request headers in `bytes` (net/http allows 4096 more); larger ones get 431")
+		s.Twin("max-header-bytes", "COORDINATOR_MAX_HEADER_BYTES")
+		fs.IntVar(&cfg.maxWaiters, "max-waiters", defaultMaxWaiters,
+			"how many long-polls (`number`) may be held at once; past it they get 503 unavailable with Retry-After (0: no bound)")
+		s.Twin("max-waiters", "COORDINATOR_MAX_WAITERS")
+		fs.StringVar(&cfg.allowedOrigins, "allowed-origins", "",
+			"comma-separated `origins` (https://host[:port]) of web pages that may call the API; requests from other pages "+
+				"(an Origin header, or Sec-Fetch-Site: cross-site) get 403. Empty: none; null never")
+		s.Twin("allowed-origins", "COORDINATOR_ALLOWED_ORIGINS")
+		fs.StringVar(&cfg.allowedHosts, "allowed-hosts", "",
+			"comma-separated `hosts` a request's Host may name, besides localhost, 127.0.0.1, ::1 and the host of --listen; "+
+				"others get 421. * allows every host (behind a proxy that checks it)")
+		s.Twin("allowed-hosts", "COORDINATOR_ALLOWED_HOSTS")
+		fs.StringVar(&cfg.tlsCertFile, "tls-cert-file", "",
+			"PEM `file` of the certificate (its chain following it) to serve the API over HTTPS with, TLS 1.2 or later, and no "+
+				"plain HTTP; needs --tls-key-file. Both files are read again when they change (checked every second)")
+		s.Twin("tls-cert-file", "COORDINATOR_TLS_CERT_FILE")
+		fs.StringVar(&cfg.tlsKeyFile, "tls-key-file", "",
+			"PEM `file` of the private key of --tls-cert-file")
+		s.Twin("tls-key-file", "COORDINATOR_TLS_KEY_FILE")
+		fs.StringVar(&cfg.tlsClientCAFile, "tls-client-ca-file", "",
+			"PEM `file` of CA certificates: every client must then present a certificate signed by one of them (needs "+
+				"--tls-cert-file; 'coordinator healthcheck' then needs --tls-client-cert-file). Read again when it changes")
+		s.Twin("tls-client-ca-file", "COORDINATOR_TLS_CLIENT_CA_FILE")
 	}
 	fs.StringVar(&cfg.logFormat, "log-format", "text", "log `format`: text or json")
 	s.Twin("log-format", "COORDINATOR_LOG_FORMAT")
@@ -109,11 +165,12 @@ func define(command string, cfg *config) *cli.Settings {
 func knownEnv() map[string]bool {
 	known := map[string]bool{}
 	var cfg config
-	for _, command := range []string{"serve", "migrate"} {
+	for _, command := range []string{"serve", "migrate", "token"} {
 		for _, env := range define(command, &cfg).Envs {
 			known[env] = true
 		}
 	}
+	known[adminTokenEnv] = true
 	return known
 }
 
@@ -154,11 +211,15 @@ func (cfg *config) validate(command string) error {
 	}
 	if _, port, err := net.SplitHostPort(cfg.listen); err != nil || port == "" {
 		bad("--listen must be host:port or :port, like :8080 or 127.0.0.1:0, not %q", cfg.listen)
+	} else if err := cfg.checkAuthListen(); err != nil {
+		bad("%v", err)
 	}
-	if cfg.debugListen != "" {
-		if _, port, err := net.SplitHostPort(cfg.debugListen); err != nil || port == "" {
-			bad("--debug-listen must be host:port, like 127.0.0.1:6060, not %q", cfg.debugListen)
-		}
+	cfg.validateTransport(bad)
+	if (cfg.tlsCertFile == "") != (cfg.tlsKeyFile == "") {
+		bad("--tls-cert-file and --tls-key-file go together: give both to serve HTTPS, or neither to serve plain HTTP")
+	}
+	if cfg.tlsClientCAFile != "" && cfg.tlsCertFile == "" {
+		bad("--tls-client-ca-file needs --tls-cert-file and --tls-key-file: client certificates are asked for over HTTPS only")
 	}
 	if cfg.databaseWait < 0 {
 		bad("--database-wait must not be negative (0: do not wait), not %s", cfg.databaseWait)

@@ -33,7 +33,7 @@ func TestDefaults(t *testing.T) {
 		t.Fatal(err)
 	}
 	want := config{
-		listen:          ":8080",
+		listen:          "127.0.0.1:8080",
 		dataDir:         "./coordinator-data",
 		migrate:         true,
 		maxBodyBytes:    1 << 20,
@@ -42,6 +42,10 @@ func TestDefaults(t *testing.T) {
 		sweepInterval:   200 * time.Millisecond,
 		logFormat:       "text",
 		logLevel:        slog.LevelInfo,
+
+		readHeaderTimeout: 10 * time.Second,
+		maxHeaderBytes:    64 << 10,
+		maxWaiters:        10000,
 	}
 	if cfg != want {
 		t.Errorf("defaults\n got %+v\nwant %+v", cfg, want)
@@ -170,7 +174,7 @@ func TestHelpListsEveryFlagWithItsTwin(t *testing.T) {
 			t.Errorf("help misses --%s or %s", name, env)
 		}
 	}
-	for _, want := range []string{"default :8080", "default 1048576", "default 30s", "default 200ms", "rule 8", "migrate up|down|version"} {
+	for _, want := range []string{"default 127.0.0.1:8080", "default 1048576", "default 30s", "default 200ms", "rule 8", "migrate up|down|version"} {
 		if !strings.Contains(help, want) {
 			t.Errorf("help misses %q", want)
 		}

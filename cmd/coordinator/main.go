@@ -81,7 +81,7 @@ func run(ctx context.Context, args, environ []string, stdout, stderr io.Writer) 
 			return loadtest.Bench(ctx, args[1:], environ, stdout, stderr)
 		case "seed":
 			return loadtest.Seed(ctx, args[1:], environ, stdout, stderr)
-		case "serve", "migrate":
+		case "serve", "migrate", "token":
 			command, args = args[0], args[1:]
 		case "help":
 			usage(stdout, "serve")
@@ -99,6 +99,9 @@ func run(ctx context.Context, args, environ []string, stdout, stderr io.Writer) 
 	if errors.Is(err, flag.ErrHelp) {
 		usage(stdout, command)
 		return exitOK
+	}
+	if err == nil && command == "serve" {
+		err = cfg.loadAdminToken(environ)
 	}
 	if err == nil {
 		err = cfg.validate(command)
@@ -119,6 +122,8 @@ func run(ctx context.Context, args, environ []string, stdout, stderr io.Writer) 
 	switch command {
 	case "migrate":
 		err = migrateCommand(rest[0], cfg, stdout)
+	case "token":
+		err = tokenCommand(ctx, rest, cfg, logger, stdout)
 	default:
 		err = serve(ctx, cfg, logger)
 	}
@@ -136,6 +141,9 @@ func run(ctx context.Context, args, environ []string, stdout, stderr io.Writer) 
 
 // checkArgs checks the positional arguments left after the flags.
 func checkArgs(command string, rest []string) error {
+	if command == "token" {
+		return checkTokenArgs(rest)
+	}
 	if command == "migrate" {
 		if len(rest) != 1 {
 			return fmt.Errorf("migrate needs exactly one of up, down or version, got %q", rest)

@@ -2,12 +2,12 @@ package main
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"log/slog"
 	"net"
 	"net/http"
-	"net/http/pprof"
 	"sync"
 	"time"
 
@@ -15,11 +15,9 @@ import (
 	"github.com/twophase/coordinator/coordinator"
 )
 
-// HTTP server limits that are not settings.
+// HTTP server limits that are not settings (those that are: transport.go).
 const (
-	readHeaderTimeout = 10 * time.Second
-	idleTimeout       = 2 * time.Minute
-	maxHeaderBytes    = 64 << 10
+	idleTimeout = 2 * time.Minute
 	// timeoutSlack is added to the longest a request may take (--request-timeout plus the
 	// longest long-poll) for the connection's read and write deadlines, so that the
 	// handler's own timeout answers first, as a problem document.
@@ -29,6 +27,12 @@ const (
 // serve runs the coordinator until ctx ends, then shuts down gracefully. A nil error
 // means a clean shutdown.
 func serve(ctx context.Context, cfg config, logger *slog.Logger) error {
+	// Before the store: an unusable certificate fails at once.
+	tlsConfig, stopTLS, err := startTLS(cfg, logger)
+	if err != nil {
+		return err
+	}
+	defer stopTLS()
 	store, describe, err := openStore(ctx, cfg, logger)
 	if err != nil {
 		if ctx.Err() != nil {
@@ -57,13 +61,29 @@ func serve(ctx context.Context, cfg config, logger *slog.Logger) error {
 		logger.Info("aborted checkpoints that expired while no coordinator ran", "jobs", swept)
 	}
 
+	// Access control: the tokens are read before the first request is served, then kept
+	// current (a revocation anywhere takes effect here within a second).
+	auth, tokens, stopAuth, err := startAuth(ctx, cfg, store, logger)
+	if err != nil {
+		if ctx.Err() != nil {
+			return nil
+		}
+		return err
+	}
+	defer stopAuth()
+
 	ln, err := net.Listen("tcp", cfg.listen)
 	if err != nil {
 		return fmt.Errorf("listen on %s: %w", cfg.listen, err)
 	}
+	scheme := "http"
+	if tlsConfig != nil {
+		// HTTPS only: a plain HTTP request gets 400 and nothing else.
+		ln, scheme = tls.NewListener(ln, tlsConfig), "https"
+	}
 
 	if cfg.debugListen != "" {
-		stopDebug, err := serveDebug(cfg.debugListen, logger)
+		stopDebug, err := serveDebug(cfg.debugListen, cfg.readHeaderTimeout, logger)
 		if err != nil {
 			_ = ln.Close()
 			return err
@@ -85,19 +105,28 @@ func serve(ctx context.Context, cfg config, logger *slog.Logger) error {
 			Logger:         logger,
 			RequestTimeout: cfg.requestTimeout,
 			Build:          buildInfo(cfg, logger),
+			AllowedOrigins: splitList(cfg.allowedOrigins),
+			AllowedHosts:   cfg.apiAllowedHosts(),
+			MaxWaiters:     cfg.maxWaiters,
+			Auth:           auth,
+			Tokens:         tokens,
 		}),
-		ReadHeaderTimeout: readHeaderTimeout,
+		ReadHeaderTimeout: cfg.readHeaderTimeout,
 		// Not shorter than a request may take: when the read deadline passes while a
 		// handler runs, net/http cancels the request's context.
 		ReadTimeout:    longestRequest(cfg),
 		WriteTimeout:   longestRequest(cfg),
 		IdleTimeout:    idleTimeout,
-		MaxHeaderBytes: maxHeaderBytes,
+		MaxHeaderBytes: cfg.maxHeaderBytes,
 		ErrorLog:       slog.NewLogLogger(logger.Handler(), slog.LevelWarn),
 	}
 	served := make(chan error, 1)
 	go func() { served <- srv.Serve(ln) }()
-	logger.Info("listening", append([]any{"addr", ln.Addr().String()}, describe...)...)
+	logger.Info("listening", append([]any{"addr", ln.Addr().String(), "scheme", scheme, "auth", authMode(cfg)}, describe...)...)
+	if !cfg.authOn() {
+		logger.Warn("authentication is off: whoever reaches " + ln.Addr().String() +
+			" can do anything; give an admin token (--admin-token-file or COORDINATOR_ADMIN_TOKEN) to turn it on")
+	}
 
 	select {
 	case err := <-served:
@@ -127,23 +156,4 @@ func serve(ctx context.Context, cfg config, logger *slog.Logger) error {
 // work bounded by --request-timeout, plus the longest long-poll wait.
 func longestRequest(cfg config) time.Duration {
 	return cfg.requestTimeout + coordinator.MaxLongPoll + timeoutSlack
-}
-
-// serveDebug serves Go's profiles (net/http/pprof) on addr, on a server of its own so that
-// the API's mux never exposes them. It returns a function that stops it.
-func serveDebug(addr string, logger *slog.Logger) (func(), error) {
-	ln, err := net.Listen("tcp", addr)
-	if err != nil {
-		return nil, fmt.Errorf("listen on %s (--debug-listen): %w", addr, err)
-	}
-	mux := http.NewServeMux()
-	mux.HandleFunc("/debug/pprof/", pprof.Index)
-	mux.HandleFunc("/debug/pprof/cmdline", pprof.Cmdline)
-	mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
-	mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
-	mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
-	srv := &http.Server{Handler: mux, ReadHeaderTimeout: readHeaderTimeout, ErrorLog: slog.NewLogLogger(logger.Handler(), slog.LevelWarn)}
-	go func() { _ = srv.Serve(ln) }()
-	logger.Info("serving profiles", "addr", ln.Addr().String(), "path", "/debug/pprof/")
-	return func() { _ = srv.Close() }, nil
 }

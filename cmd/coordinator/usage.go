@@ -19,6 +19,11 @@ Usage:
                                              measure (see coordinator bench --help)
   coordinator seed --checkpoints N [flags]   add N committed checkpoints to a PostgreSQL database
                                              with SQL, for scale tests (see coordinator seed --help)
+  coordinator token create --name N --scopes S [--job J] [--participant P] [--expires-in D]
+  coordinator token list | token revoke NAME
+                                             manage access tokens on the database directly (to
+                                             bootstrap, or while the API is down); create prints
+                                             the secret once, on stdout
   coordinator healthcheck [--url URL]        exit 0 if a running coordinator's /readyz answers 200,
                                              1 otherwise: a container's HEALTHCHECK
   coordinator version, coordinator --version
@@ -45,8 +50,8 @@ func usage(w io.Writer, command string) {
 	var cfg config
 	s := define(command, &cfg)
 	fmt.Fprint(w, usageHeader)
-	if command == "migrate" {
-		fmt.Fprint(w, "\nFlags of migrate:\n")
+	if command == "migrate" || command == "token" {
+		fmt.Fprintf(w, "\nFlags of %s:\n", command)
 	} else {
 		fmt.Fprint(w, "\nFlags of serve:\n")
 	}

@@ -3,21 +3,36 @@ package sinks_test
 import (
 	"bytes"
 	"context"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	crand "crypto/rand"
+	"crypto/tls"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"encoding/pem"
 	"fmt"
 	"log/slog"
+	"math/big"
 	"math/rand/v2"
 	"net"
+	"net/http"
+	"net/http/httptest"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/twophase/coordinator/api"
 	cc "github.com/twophase/coordinator/clients/go/coordinatorclient"
+	"github.com/twophase/coordinator/coordinator"
 	"github.com/twophase/coordinator/e2e/pipeline"
 	"github.com/twophase/coordinator/e2e/sinks"
+	"github.com/twophase/coordinator/store/pgtest"
+	"github.com/twophase/coordinator/store/postgres"
 )
 
 // The Python participant (python/pysink.py, standard library only) speaks the REST API by
@@ -27,6 +42,23 @@ import (
 func TestPythonParticipant(t *testing.T) {
 	t.Parallel()
 	coord, url := coordinatorFor(t) // first: under -short it skips the test
+	runPythonParticipant(t, coord, url, nil, 3000, 2)
+}
+
+// The same over HTTPS, with a bearer token: the sink trusts the coordinator's CA by
+// --ca-file and sends its token from PYSINK_TOKEN; one SIGKILL.
+func TestPythonParticipantTLSAndToken(t *testing.T) {
+	t.Parallel()
+	const token = "ctk_py-sink.s3cret"
+	coord, url, caFile := tlsTokenCoordinatorFor(t, token)
+	runPythonParticipant(t, coord, url, []string{"--ca-file", caFile}, 1000, 1, "PYSINK_TOKEN="+token)
+}
+
+// runPythonParticipant runs python/pysink.py with args on the coordinator at url (coord
+// being a client of it) until total events are committed, SIGKILLing it kills times on the
+// way, and checks that every event was committed exactly once.
+func runPythonParticipant(t *testing.T, coord *cc.Coordinator, url string, args []string, total int64, kills int64, env ...string) {
+	t.Helper()
 	python, err := exec.LookPath("python3")
 	if err != nil {
 		t.Fatalf("python3 is required for the Python participant's test: %v", err)
@@ -40,7 +72,6 @@ func TestPythonParticipant(t *testing.T) {
 	if _, err := coord.PutJob(ctx, "py", cc.JobConfig{Participants: []string{"source", "py-sink"}, CheckpointTimeoutMs: ptr(int64(5000))}); err != nil {
 		t.Fatal(err)
 	}
-	const total = 3000
 	sockDir, err := os.MkdirTemp("", "py-")
 	if err != nil {
 		t.Fatal(err)
@@ -64,7 +95,11 @@ func TestPythonParticipant(t *testing.T) {
 
 	dir := t.TempDir()
 	py := &pipeline.Process{Name: "pysink", Command: func() *exec.Cmd {
-		return exec.Command(python, script, "--coordinator", url, "--job", "py", "--name", "py-sink", "--socket", socket, "--dir", dir)
+		cmd := exec.Command(python, append([]string{"-B", script, "--coordinator", url, "--job", "py", "--name", "py-sink", "--socket", socket, "--dir", dir}, args...)...)
+		if len(env) > 0 {
+			cmd.Env = append(os.Environ(), env...)
+		}
+		return cmd
 	}}
 	if err := py.Start(); err != nil {
 		t.Fatal(err)
@@ -84,9 +119,9 @@ func TestPythonParticipant(t *testing.T) {
 		return pos[0].Next
 	}
 	deadline := time.Now().Add(90 * time.Second)
-	for kill := 1; kill <= 2; kill++ {
-		// Kill somewhere in the first or second third, once it made progress.
-		target := int64(kill)*total/3 - rand.Int64N(total/6)
+	for kill := int64(1); kill <= kills; kill++ {
+		// Kill somewhere in the first or second third (of two kills), once it made progress.
+		target := kill*total/(kills+1) - rand.Int64N(total/(2*(kills+1)))
 		for committed() < target {
 			if time.Now().After(deadline) {
 				t.Fatalf("no progress: committed position %d", committed())
@@ -126,8 +161,90 @@ func TestPythonParticipant(t *testing.T) {
 		t.Error(msg)
 		logCheckpoints(t, coord, "py")
 	}
-	t.Logf("%d events, %d Python runs (2 SIGKILLs), %d checkpoints opened, %d source rewinds",
-		total, py.Runs(), trig.Opened(), src.Rewinds())
+	t.Logf("%d events, %d Python runs (%d SIGKILLs), %d checkpoints opened, %d source rewinds",
+		total, py.Runs(), kills, trig.Opened(), src.Rewinds())
+}
+
+// tlsTokenCoordinatorFor is coordinatorFor over HTTPS, with a certificate for 127.0.0.1
+// signed by a CA of the test's, that refuses with 401 every request whose Authorization
+// is not exactly "Bearer <token>". It returns a client of it (with the token and the CA),
+// its URL and the CA's PEM file.
+func tlsTokenCoordinatorFor(t *testing.T, token string) (*cc.Coordinator, string, string) {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(cancel)
+	store, err := postgres.Open(ctx, pgtest.URL(t), postgres.Options{})
+	if err != nil {
+		t.Fatalf("open store: %v", err)
+	}
+	t.Cleanup(store.Close)
+	svc := coordinator.NewService(store, nil)
+	go svc.RunSweeper(ctx, 50*time.Millisecond)
+	handler := api.NewHandler(svc, api.Options{Logger: slog.New(slog.DiscardHandler), RequestTimeout: time.Minute})
+	var refused atomic.Int64
+	srv := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if got := r.Header.Values("Authorization"); len(got) != 1 || got[0] != "Bearer "+token {
+			refused.Add(1)
+			w.Header().Set("Content-Type", "application/problem+json")
+			w.WriteHeader(http.StatusUnauthorized)
+			_, _ = w.Write([]byte(`{"type":"/problems/unauthorized","title":"Unauthorized","status":401,"code":"unauthorized"}`))
+			return
+		}
+		handler.ServeHTTP(w, r)
+	}))
+	caPEM, cert := testServerCert(t)
+	srv.TLS = &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12}
+	srv.StartTLS()
+	t.Cleanup(srv.Close)
+	t.Cleanup(func() {
+		if n := refused.Load(); n > 0 {
+			t.Errorf("%d requests without the token", n)
+		}
+	})
+	caFile := filepath.Join(t.TempDir(), "ca.pem")
+	if err := os.WriteFile(caFile, caPEM, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	roots := x509.NewCertPool()
+	roots.AppendCertsFromPEM(caPEM)
+	coord, err := cc.NewCoordinator(srv.URL, cc.Options{Token: token, RootCAs: roots, MinBackoff: 5 * time.Millisecond, MaxBackoff: 50 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return coord, srv.URL, caFile
+}
+
+// testServerCert makes a CA and a certificate for 127.0.0.1 and localhost signed by it,
+// and returns the CA's PEM and the certificate with its key.
+func testServerCert(t *testing.T) ([]byte, tls.Certificate) {
+	t.Helper()
+	caKey, err := ecdsa.GenerateKey(elliptic.P256(), crand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	caTmpl := &x509.Certificate{SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "pysink test CA"},
+		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(24 * time.Hour),
+		IsCA: true, BasicConstraintsValid: true, KeyUsage: x509.KeyUsageCertSign | x509.KeyUsageCRLSign}
+	caDER, err := x509.CreateCertificate(crand.Reader, caTmpl, caTmpl, &caKey.PublicKey, caKey)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ca, err := x509.ParseCertificate(caDER)
+	if err != nil {
+		t.Fatal(err)
+	}
+	key, err := ecdsa.GenerateKey(elliptic.P256(), crand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	der, err := x509.CreateCertificate(crand.Reader, &x509.Certificate{SerialNumber: big.NewInt(2), Subject: pkix.Name{CommonName: "127.0.0.1"},
+		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(24 * time.Hour),
+		KeyUsage: x509.KeyUsageDigitalSignature, ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
+		DNSNames: []string{"localhost"}, IPAddresses: []net.IP{net.IPv4(127, 0, 0, 1)}}, ca, &key.PublicKey, caKey)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: caDER}), tls.Certificate{Certificate: [][]byte{der}, PrivateKey: key}
 }
 
 func ptr[T any](v T) *T { return &v }

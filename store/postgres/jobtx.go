@@ -143,6 +143,7 @@ type jsonCheckpoint struct {
 	DecidedAt    *time.Time       `json:"decided_at"`
 	CompletedAt  *time.Time       `json:"completed_at"`
 	AbortReason  *string          `json:"abort_reason"`
+	DecidedBy    *string          `json:"decided_by"`
 	Participants []participantRow `json:"participants"`
 }
 
@@ -154,6 +155,9 @@ func (j *jsonCheckpoint) checkpoint() *coordinator.Checkpoint {
 	}
 	if j.AbortReason != nil {
 		cp.AbortReason = *j.AbortReason
+	}
+	if j.DecidedBy != nil {
+		cp.DecidedBy = *j.DecidedBy
 	}
 	for i := range j.Participants {
 		cp.Participants[i] = j.Participants[i].state()
@@ -384,10 +388,10 @@ func scanCheckpoints(rows pgx.Rows, prefix ...any) ([]*coordinator.Checkpoint, e
 		autoCommit             pgtype.Bool
 		createdAt, deadline    pgtype.Timestamptz
 		decidedAt, completedAt *time.Time
-		reason                 *string
+		reason, decidedBy      *string
 		p                      participantRow
 	)
-	dest := append(prefix, &job, &id, &seq, &status, &autoCommit, &createdAt, &deadline, &decidedAt, &completedAt, &reason)
+	dest := append(prefix, &job, &id, &seq, &status, &autoCommit, &createdAt, &deadline, &decidedAt, &completedAt, &reason, &decidedBy)
 	dest = append(dest, p.dest()...)
 	for rows.Next() {
 		if err := rows.Scan(dest...); err != nil {
@@ -410,6 +414,9 @@ func scanCheckpoints(rows pgx.Rows, prefix ...any) ([]*coordinator.Checkpoint, e
 			}
 			if reason != nil {
 				cur.AbortReason = *reason
+			}
+			if decidedBy != nil {
+				cur.DecidedBy = *decidedBy
 			}
 			cps = append(cps, cur)
 		}
@@ -570,7 +577,7 @@ func (t *jobTx) queueInsert(cp *coordinator.Checkpoint, rec *coordinator.Idempot
 		}
 		return err
 	}, insertCheckpointSQL,
-		t.job.Name, cp.ID, string(cp.Status), cp.AutoCommit, cp.CreatedAt, cp.Deadline, cp.DecidedAt, cp.CompletedAt, nullable(cp.AbortReason), names)
+		t.job.Name, cp.ID, string(cp.Status), cp.AutoCommit, cp.CreatedAt, cp.Deadline, cp.DecidedAt, cp.CompletedAt, nullable(cp.AbortReason), names, nullable(cp.DecidedBy))
 	if rec != nil {
 		t.queue.add("record idempotency key", recordIdempotencyKeySQL,
 			t.job.Name, rec.Key, rec.Fingerprint, rec.Checkpoint)
@@ -602,7 +609,7 @@ func (t *jobTx) addParticipantWrite(what string, id int64, sql string, args ...a
 func (t *jobTx) queueStatus(cp *coordinator.Checkpoint) {
 	key := t.origin + " " + coordinator.BrokerKey(cp.Job, cp.ID)
 	what := fmt.Sprintf("save status of %d", cp.ID)
-	args := []any{cp.Job, cp.ID, string(cp.Status), cp.DecidedAt, cp.CompletedAt, nullable(cp.AbortReason), key}
+	args := []any{cp.Job, cp.ID, string(cp.Status), cp.DecidedAt, cp.CompletedAt, nullable(cp.AbortReason), nullable(cp.DecidedBy), key}
 	if w := t.lastWrite; w != nil && w.id == cp.ID && w.queued == len(t.queue.what) && w.queued > 0 {
 		// The vote or ack that caused it was the last statement queued: one statement for
 		// both (they change different tables, so neither needs to see the other).

@@ -14,7 +14,7 @@ import (
 // the statements that lock a job keeps.
 
 // checkpointColumns and participantColumns are what scanCheckpoints reads, in that order.
-const checkpointColumns = `c.job, c.id, c.seq, c.status, c.auto_commit, c.created_at, c.deadline, c.decided_at, c.completed_at, c.abort_reason`
+const checkpointColumns = `c.job, c.id, c.seq, c.status, c.auto_commit, c.created_at, c.deadline, c.decided_at, c.completed_at, c.abort_reason, c.decided_by`
 const participantColumns = `p.participant, p.epoch, p.vote, p.reason, p.committables, p.voted_at, p.acked_at`
 
 // jobColumns are a job's columns with its epochs, scanned by scanJob; jobViewColumns add its
@@ -58,8 +58,11 @@ const putJobUpsertSQL = `
 // getJobSQL reads job $1 with its epochs, last checkpoint and last committed one.
 const getJobSQL = "SELECT " + jobViewColumns + " FROM jobs j WHERE j.name = $1 AND NOT j.deleted"
 
-// listJobsSQL reads up to $2 jobs named after $1, by name.
-const listJobsSQL = "SELECT " + jobViewColumns + " FROM jobs j WHERE NOT j.deleted AND j.name > $1 ORDER BY j.name LIMIT $2"
+// listJobsSQL reads up to $2 jobs named after $1 that start with $3 and, unless $4 is
+// empty, are named $4, by name.
+const listJobsSQL = "SELECT " + jobViewColumns + ` FROM jobs j
+	WHERE NOT j.deleted AND j.name > $1 AND starts_with(j.name, $3) AND ($4 = '' OR j.name = $4)
+	ORDER BY j.name LIMIT $2`
 
 // viewJobSQL reads the job, its epochs and the clock, for a read-only transaction.
 const viewJobSQL = "SELECT " + jobColumns + ", clock_timestamp() FROM jobs j WHERE j.name = $1 AND NOT j.deleted"
@@ -117,8 +120,15 @@ func listCheckpointsSQL(q coordinator.CheckpointQuery) (string, []any) {
 			where = append(where, "c.id < "+arg(q.After))
 		}
 		ord, order = "-c.id", "c.id DESC"
-	} else if q.After > 0 {
-		where = append(where, "c.seq > "+arg(q.After))
+	} else {
+		if q.After > 0 {
+			where = append(where, "c.seq > "+arg(q.After))
+		}
+		if prefix, isPrefix := q.Jobs.Prefix(); isPrefix && prefix != "" {
+			where = append(where, "starts_with(c.job, "+arg(prefix)+")")
+		} else if !isPrefix && prefix != "" {
+			where = append(where, "c.job = "+arg(prefix))
+		}
 	}
 	if len(q.Statuses) > 0 {
 		statuses := make([]string, len(q.Statuses))
@@ -153,8 +163,8 @@ const jobExistsSQL = "SELECT EXISTS (SELECT 1 FROM jobs WHERE name = $1 AND NOT 
 // raiseSeqSQL).
 const insertCheckpointSQL = `
 		WITH c AS (
-			INSERT INTO checkpoints (job, id, status, auto_commit, created_at, deadline, decided_at, completed_at, abort_reason)
-			VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9) RETURNING seq),
+			INSERT INTO checkpoints (job, id, status, auto_commit, created_at, deadline, decided_at, completed_at, abort_reason, decided_by)
+			VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $11) RETURNING seq),
 		p AS (
 			INSERT INTO checkpoint_participants (job, checkpoint_id, position, participant)
 			SELECT $1, $2, n.ord, n.name FROM unnest($10::text[]) WITH ORDINALITY AS n(name, ord)),
@@ -230,22 +240,23 @@ func (r *participantRow) state() coordinator.ParticipantState {
 	return p
 }
 
-// saveStatusSQL saves checkpoint $2 of job $1's status and decision ($3-$6) and announces it
-// to other processes with payload $7.
+// saveStatusSQL saves checkpoint $2 of job $1's status and decision ($3-$7) and announces it
+// to other processes with payload $8.
 const saveStatusSQL = `WITH u AS (
-		UPDATE checkpoints SET status = $3, decided_at = $4, completed_at = $5, abort_reason = $6
-		WHERE job = $1 AND id = $2) SELECT pg_notify('` + channel + `', $7)`
+		UPDATE checkpoints SET status = $3, decided_at = $4, completed_at = $5, abort_reason = $6, decided_by = $7
+		WHERE job = $1 AND id = $2) SELECT pg_notify('` + channel + `', $8)`
 
 // saveStatusWithSQL is saveStatusSQL in one statement with the participant write that caused
 // it (write, with n parameters, the first two the job and the checkpoint): the status and
-// decision are then parameters n+1 to n+4, the payload n+5. They change different tables,
+// decision are then parameters n+1 to n+5, the payload n+6. They change different tables,
 // so neither needs to see the other.
 func saveStatusWithSQL(write string, n int) string {
 	status := `UPDATE checkpoints SET status = $` + fmt.Sprint(n+1) + `, decided_at = $` + fmt.Sprint(n+2) +
-		`, completed_at = $` + fmt.Sprint(n+3) + `, abort_reason = $` + fmt.Sprint(n+4) + ` WHERE job = $1 AND id = $2`
+		`, completed_at = $` + fmt.Sprint(n+3) + `, abort_reason = $` + fmt.Sprint(n+4) + `, decided_by = $` + fmt.Sprint(n+5) +
+		` WHERE job = $1 AND id = $2`
 	return `
 			WITH w AS (` + write + `), u AS (` + status + `)
-			SELECT pg_notify('` + channel + `', $` + fmt.Sprint(n+5) + `)`
+			SELECT pg_notify('` + channel + `', $` + fmt.Sprint(n+6) + `)`
 }
 
 // PostgreSQL store only
@@ -274,7 +285,7 @@ var lockJobSQL = `UPDATE jobs j SET version = j.version + 1
 	(SELECT coalesce(json_agg(json_build_object(
 			'job', c.job, 'id', c.id, 'seq', c.seq, 'status', c.status, 'auto_commit', c.auto_commit,
 			'created_at', c.created_at, 'deadline', c.deadline, 'decided_at', c.decided_at,
-			'completed_at', c.completed_at, 'abort_reason', c.abort_reason,
+			'completed_at', c.completed_at, 'abort_reason', c.abort_reason, 'decided_by', c.decided_by,
 			'participants', (
 				SELECT json_agg(json_build_object(
 					'name', p.participant, 'epoch', p.epoch, 'vote', p.vote, 'reason', p.reason,
@@ -333,3 +344,34 @@ func checkpointsSQL(inner string) string {
 		JOIN checkpoint_participants p ON p.job = c.job AND p.checkpoint_id = c.id
 		ORDER BY c.ord, p.position`
 }
+
+// Tokens
+
+// tokenColumns are a token's columns, in the order scanToken reads them.
+const tokenColumns = `name, digest, scopes, job, participant, created_at, expires_at`
+
+// createTokenSQL stores a token ($1 name, $2 digest, $3 scopes, $4 job, $5 participant, $6
+// expiry) with the database's clock as its creation time, and bumps the tokens' version in
+// the same statement, so that no coordinator misses it. Nothing is stored when the name
+// or the digest is taken (unique_violation).
+const createTokenSQL = `WITH t AS (
+		INSERT INTO tokens (name, digest, scopes, job, participant, created_at, expires_at)
+		VALUES ($1, $2, $3, $4, $5, now(), $6) RETURNING ` + tokenColumns + `),
+	v AS (UPDATE token_version SET version = version + 1 WHERE id = 1)
+	SELECT ` + tokenColumns + ` FROM t`
+
+// getTokenSQL reads token $1.
+const getTokenSQL = `SELECT ` + tokenColumns + ` FROM tokens WHERE name = $1`
+
+// listTokensSQL reads up to $2 tokens (all when NULL) named after $1, by name.
+const listTokensSQL = `SELECT ` + tokenColumns + ` FROM tokens WHERE name COLLATE "C" > $1 ORDER BY name COLLATE "C" LIMIT $2`
+
+// deleteTokenSQL deletes token $1 and bumps the tokens' version when it existed; it
+// returns the token's name, nothing when there was none.
+const deleteTokenSQL = `WITH d AS (DELETE FROM tokens WHERE name = $1 RETURNING name),
+	v AS (UPDATE token_version SET version = version + 1 WHERE id = 1 AND EXISTS (SELECT 1 FROM d))
+	SELECT name FROM d`
+
+// tokensVersionSQL reads the tokens' version: every coordinator asks it a few times a
+// second, to read the tokens again only when they changed.
+const tokensVersionSQL = `SELECT version FROM token_version WHERE id = 1`

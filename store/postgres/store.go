@@ -377,8 +377,9 @@ func getJob(ctx context.Context, q querier, name string) (*coordinator.Job, erro
 }
 
 // ListJobs implements coordinator.Store.
-func (s *Store) ListJobs(ctx context.Context, after string, limit int) ([]*coordinator.Job, error) {
-	rows, err := s.pool.Query(ctx, listJobsSQL, after, limit)
+func (s *Store) ListJobs(ctx context.Context, pattern coordinator.JobPattern, after string, limit int) ([]*coordinator.Job, error) {
+	prefix, exact := patternArgs(pattern)
+	rows, err := s.pool.Query(ctx, listJobsSQL, after, limit, prefix, exact)
 	if err != nil {
 		return nil, translate(err)
 	}
@@ -436,4 +437,14 @@ func (s *Store) ExpiredJobs(ctx context.Context) ([]string, error) {
 	}
 	jobs, err := pgx.CollectRows(rows, pgx.RowTo[string])
 	return jobs, translate(err)
+}
+
+// patternArgs are the prefix and the exact name that a job pattern stands for in listJobsSQL:
+// a name is its own prefix too; every job is the empty prefix and no name.
+func patternArgs(p coordinator.JobPattern) (prefix, exact string) {
+	prefix, isPrefix := p.Prefix()
+	if isPrefix {
+		return prefix, ""
+	}
+	return prefix, prefix
 }

@@ -13,7 +13,7 @@ import (
 // store has are at the end. Times are unix microseconds (micros, fromMicros).
 
 // checkpointColumns select a checkpoint's row (c), in the order queryCheckpoints scans it.
-const checkpointColumns = `c.job, c.id, c.seq, c.status, c.auto_commit, c.created_at, c.deadline, c.decided_at, c.completed_at, c.abort_reason`
+const checkpointColumns = `c.job, c.id, c.seq, c.status, c.auto_commit, c.created_at, c.deadline, c.decided_at, c.completed_at, c.abort_reason, c.decided_by`
 
 // jobColumns select a job's row (j) with its epochs as a JSON object.
 const jobColumns = `j.name, j.participants, j.checkpoint_timeout_ms, j.max_concurrent_checkpoints, j.auto_commit,
@@ -46,8 +46,10 @@ const putJobUpsertSQL = `
 // getJobSQL selects a job (jobViewColumns) with its last checkpoint and last committed: ? the name.
 const getJobSQL = "SELECT " + jobViewColumns + " FROM jobs j WHERE j.name = ? AND NOT j.deleted"
 
-// listJobsSQL selects a page of jobs (jobViewColumns) by name: ? the name to list after (exclusive), ? the limit.
-const listJobsSQL = "SELECT " + jobViewColumns + " FROM jobs j WHERE NOT j.deleted AND j.name > ? ORDER BY j.name LIMIT ?"
+// listJobsSQL selects a page of jobs (jobViewColumns) by name: ?1 the name to list after (exclusive), ?2 the limit, ?3 a prefix of their names, ?4 their name (empty: any).
+const listJobsSQL = "SELECT " + jobViewColumns + ` FROM jobs j
+	WHERE NOT j.deleted AND j.name > ?1 AND substr(j.name, 1, length(?3)) = ?3 AND (?4 = '' OR j.name = ?4)
+	ORDER BY j.name LIMIT ?2`
 
 // viewJobSQL selects the job (jobColumns) a transaction starts with: ? the name.
 const viewJobSQL = "SELECT " + jobColumns + " FROM jobs j WHERE j.name = ? AND NOT j.deleted"
@@ -97,6 +99,7 @@ const (
 	listCheckpointsOfJobSQL    = "c.job = ?"
 	listCheckpointsBelowIDSQL  = "c.id < ?"
 	listCheckpointsAfterSeqSQL = "c.seq > ?"
+	listCheckpointsOfPrefixSQL = "substr(c.job, 1, length(?)) = ?"
 	listJobCheckpointsOrderSQL = "c.id DESC"
 	listAllCheckpointsOrderSQL = "c.seq"
 )
@@ -110,9 +113,15 @@ func listJobCheckpointsSQL(below bool, statuses int) string {
 	return listCheckpointsSQL(where, statuses, listJobCheckpointsOrderSQL)
 }
 
-// listAllCheckpointsSQL selects a page of every job's checkpoints (checkpointColumns), oldest first by seq: ? the seq to list after if after, one ? per status if statuses > 0 (else any status), ? the limit.
-func listAllCheckpointsSQL(after bool, statuses int) string {
+// listAllCheckpointsSQL selects a page of every job's checkpoints (checkpointColumns), oldest first by seq: ? the job if ofJob, ? and ? its prefix if ofPrefix, ? the seq to list after if after, one ? per status if statuses > 0 (else any status), ? the limit.
+func listAllCheckpointsSQL(ofJob, ofPrefix, after bool, statuses int) string {
 	var where []string
+	if ofJob {
+		where = append(where, listCheckpointsOfJobSQL)
+	}
+	if ofPrefix {
+		where = append(where, listCheckpointsOfPrefixSQL)
+	}
 	if after {
 		where = append(where, listCheckpointsAfterSeqSQL)
 	}
@@ -137,10 +146,10 @@ const expiredJobsSQL = "SELECT DISTINCT job FROM checkpoints WHERE status = 'pre
 
 // Writing checkpoints
 
-// insertCheckpointSQL inserts a checkpoint and returns its seq: ? job, ? id, ? status, ? auto commit, ? created at, ? deadline, ? decided at, ? completed at, ? abort reason.
+// insertCheckpointSQL inserts a checkpoint and returns its seq: ? job, ? id, ? status, ? auto commit, ? created at, ? deadline, ? decided at, ? completed at, ? abort reason, ? decided by.
 const insertCheckpointSQL = `
-	INSERT INTO checkpoints (job, id, status, auto_commit, created_at, deadline, decided_at, completed_at, abort_reason)
-	VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?) RETURNING seq`
+	INSERT INTO checkpoints (job, id, status, auto_commit, created_at, deadline, decided_at, completed_at, abort_reason, decided_by)
+	VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?) RETURNING seq`
 
 // insertParticipantsSQL inserts a checkpoint's participants, at positions from 1: ? the job, ? the checkpoint, ? the names (JSON array).
 const insertParticipantsSQL = `
@@ -200,9 +209,9 @@ func (r *participantRow) state() coordinator.ParticipantState {
 	return p
 }
 
-// saveStatusSQL saves a checkpoint's decision: ?1 job, ?2 id, ?3 status, ?4 decided at, ?5 completed at, ?6 abort reason.
+// saveStatusSQL saves a checkpoint's decision: ?1 job, ?2 id, ?3 status, ?4 decided at, ?5 completed at, ?6 abort reason, ?7 decided by.
 const saveStatusSQL = `
-	UPDATE checkpoints SET status = ?3, decided_at = ?4, completed_at = ?5, abort_reason = ?6
+	UPDATE checkpoints SET status = ?3, decided_at = ?4, completed_at = ?5, abort_reason = ?6, decided_by = ?7
 	WHERE job = ?1 AND id = ?2`
 
 // Embedded store only
@@ -221,3 +230,26 @@ const migrationsTableSQL = "SELECT count(*) FROM sqlite_master WHERE type = 'tab
 
 // schemaVersionSQL reads the schema version and dirty flag golang-migrate records in table (its migrations table); no ? parameters.
 func schemaVersionSQL(table string) string { return "SELECT version, dirty FROM " + table + " LIMIT 1" }
+
+// Tokens
+
+// tokenColumns are a token's columns, in the order scanToken reads them.
+const tokenColumns = `name, digest, scopes, job, participant, created_at, expires_at`
+
+// createTokenSQL stores a token: ? name, ? digest, ? scopes (JSON array), ? job, ? participant, ? created at, ? expires at.
+const createTokenSQL = `INSERT INTO tokens (` + tokenColumns + `) VALUES (?, ?, ?, ?, ?, ?, ?)`
+
+// bumpTokensVersionSQL records that the tokens changed, in the transaction that changed them; no parameters.
+const bumpTokensVersionSQL = `UPDATE token_version SET version = version + 1 WHERE id = 1`
+
+// getTokenSQL selects a token: ? its name.
+const getTokenSQL = `SELECT ` + tokenColumns + ` FROM tokens WHERE name = ?`
+
+// listTokensSQL selects tokens by name: ? the name to list after (exclusive), ? the limit (-1: no limit).
+const listTokensSQL = `SELECT ` + tokenColumns + ` FROM tokens WHERE name > ? ORDER BY name LIMIT ?`
+
+// deleteTokenSQL deletes a token: ? its name.
+const deleteTokenSQL = `DELETE FROM tokens WHERE name = ?`
+
+// tokensVersionSQL selects the tokens' version; no parameters.
+const tokensVersionSQL = `SELECT version FROM token_version WHERE id = 1`

@@ -472,11 +472,16 @@ func getJob(ctx context.Context, q querier, name string) (*coordinator.Job, erro
 }
 
 // ListJobs implements coordinator.Store. Names are ordered byte by byte.
-func (s *Store) ListJobs(ctx context.Context, after string, limit int) ([]*coordinator.Job, error) {
+func (s *Store) ListJobs(ctx context.Context, pattern coordinator.JobPattern, after string, limit int) ([]*coordinator.Job, error) {
 	if err := s.checkOpen(); err != nil {
 		return nil, err
 	}
-	rows, err := s.reader.QueryContext(ctx, listJobsSQL, after, limit)
+	prefix, isPrefix := pattern.Prefix()
+	exact := prefix
+	if isPrefix {
+		exact = ""
+	}
+	rows, err := s.reader.QueryContext(ctx, listJobsSQL, after, limit, prefix, exact)
 	if err != nil {
 		return nil, translate(err)
 	}
@@ -505,7 +510,15 @@ func (s *Store) ListCheckpoints(ctx context.Context, q coordinator.CheckpointQue
 		query = listJobCheckpointsSQL(q.After > 0, len(q.Statuses))
 		args = append(args, q.Job)
 	} else {
-		query = listAllCheckpointsSQL(q.After > 0, len(q.Statuses))
+		prefix, isPrefix := q.Jobs.Prefix()
+		ofJob, ofPrefix := !isPrefix && prefix != "", isPrefix && prefix != ""
+		query = listAllCheckpointsSQL(ofJob, ofPrefix, q.After > 0, len(q.Statuses))
+		switch {
+		case ofJob:
+			args = append(args, prefix)
+		case ofPrefix:
+			args = append(args, prefix, prefix)
+		}
 	}
 	if q.After > 0 {
 		args = append(args, q.After)

@@ -48,6 +48,12 @@ func runContract(t *testing.T, o opener) {
 		{"Subscribe/CancelLeavesOthersWaiting", testSubscribeCancel},
 		{"Ready", testReady},
 		{"GetCheckpoint", testGetCheckpoint},
+		{"ListJobs/Pattern", testListJobsPattern},
+		{"ListCheckpoints/Pattern", testListCheckpointsPattern},
+		{"Tokens/RoundTrip", testTokensRoundTrip},
+		{"Tokens/NameAndDigestUnique", testTokensUnique},
+		{"Tokens/DeleteAndVersion", testTokensDeleteAndVersion},
+		{"Tokens/ListPages", testTokensListPages},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -72,6 +72,7 @@ func testCheckpointDecisionRoundTrip(t *testing.T, b *bundle) {
 			}
 		}
 		cp.Status, cp.DecidedAt, cp.CompletedAt, cp.AbortReason = coordinator.StatusAborted, &t2, &t2, "participant alpha voted abort: disk full: é"
+		cp.DecidedBy = "sink-alpha-token"
 		if err := saveStatus(b.ctx, tx, cp); err != nil {
 			return err
 		}

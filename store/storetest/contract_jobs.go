@@ -125,7 +125,7 @@ func testGetJobLastCheckpoints(t *testing.T, b *bundle) {
 }
 
 func testListJobsOrderAndPaging(t *testing.T, b *bundle) {
-	if jobs, err := b.store.ListJobs(b.ctx, "", 10); err != nil || len(jobs) != 0 {
+	if jobs, err := b.store.ListJobs(b.ctx, "", "", 10); err != nil || len(jobs) != 0 {
 		t.Fatalf("ListJobs on an empty store: %v, %v; want none", jobNames(jobs), err)
 	}
 	for _, name := range []string{"job-2", "c", "job-10", "a", "e", "b", "d", "gone"} {
@@ -146,7 +146,7 @@ func testListJobsOrderAndPaging(t *testing.T, b *bundle) {
 		{"bb", 100, []string{"c", "d", "e", "job-10", "job-2"}},
 	}
 	for _, c := range cases {
-		jobs, err := b.store.ListJobs(b.ctx, c.after, c.limit)
+		jobs, err := b.store.ListJobs(b.ctx, "", c.after, c.limit)
 		if err != nil {
 			t.Fatalf("ListJobs(%q, %d): %v", c.after, c.limit, err)
 		}
@@ -163,14 +163,14 @@ func testListJobsMixedCase(t *testing.T, b *bundle) {
 	for _, name := range all {
 		b.putJob(name, config("p"))
 	}
-	whole, err := b.store.ListJobs(b.ctx, "", 100)
+	whole, err := b.store.ListJobs(b.ctx, "", "", 100)
 	if err != nil {
 		t.Fatalf("ListJobs: %v", err)
 	}
 	var paged []string
 	after := ""
 	for range len(all) + 1 {
-		jobs, err := b.store.ListJobs(b.ctx, after, 3)
+		jobs, err := b.store.ListJobs(b.ctx, "", after, 3)
 		if err != nil {
 			t.Fatalf("ListJobs(%q, 3): %v", after, err)
 		}
@@ -198,7 +198,7 @@ func testListJobsShowsLastCheckpoints(t *testing.T, b *bundle) {
 	b.insert("j", nil)
 	b.decide("j", 1, coordinator.StatusCommitting, "")
 	b.insert("j", nil)
-	jobs, err := b.store.ListJobs(b.ctx, "", 10)
+	jobs, err := b.store.ListJobs(b.ctx, "", "", 10)
 	if err != nil || len(jobs) != 1 {
 		t.Fatalf("ListJobs: %v, %v; want job j", jobNames(jobs), err)
 	}

@@ -1,6 +1,7 @@
 package storetest
 
 import (
+	"bytes"
 	"cmp"
 	"context"
 	"errors"
@@ -19,6 +20,9 @@ import (
 type memStore struct {
 	mu    sync.Mutex
 	state *memState
+	// tokens by name, and their version (TokenStore).
+	tokens        map[string]*coordinator.Token
+	tokensVersion int64
 
 	broker coordinator.Broker
 }
@@ -197,13 +201,13 @@ func (s *memStore) GetJob(ctx context.Context, name string) (*coordinator.Job, e
 	return s.state.shown(name), nil
 }
 
-func (s *memStore) ListJobs(ctx context.Context, after string, limit int) ([]*coordinator.Job, error) {
+func (s *memStore) ListJobs(ctx context.Context, pattern coordinator.JobPattern, after string, limit int) ([]*coordinator.Job, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	names := slices.Sorted(maps.Keys(s.state.jobs))
 	var out []*coordinator.Job
 	for _, n := range names {
-		if n > after && len(out) < limit {
+		if n > after && len(out) < limit && (pattern == "" || pattern.Matches(n)) {
 			out = append(out, s.state.shown(n))
 		}
 	}
@@ -233,6 +237,9 @@ func (s *memStore) ListCheckpoints(ctx context.Context, q coordinator.Checkpoint
 			continue
 		}
 		if len(q.Statuses) > 0 && !slices.Contains(q.Statuses, cp.Status) {
+			continue
+		}
+		if q.Job == "" && q.Jobs != "" && !q.Jobs.Matches(cp.Job) {
 			continue
 		}
 		if len(out) < q.Limit {
@@ -340,4 +347,71 @@ func (tx *memTx) Apply(ctx context.Context, m *coordinator.Mutation) error {
 		delete(tx.state.idem, tx.name)
 	}
 	return nil
+}
+
+// The reference store keeps tokens too, so that the contract holds of it.
+
+var _ coordinator.TokenStore = (*memStore)(nil)
+
+func (s *memStore) CreateToken(ctx context.Context, t *coordinator.Token) (*coordinator.Token, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.tokens[t.Name] != nil {
+		return nil, &coordinator.Error{Code: coordinator.CodeTokenExists, Message: "a token named " + t.Name + " exists already"}
+	}
+	for _, other := range s.tokens {
+		if bytes.Equal(other.Digest, t.Digest) {
+			return nil, errors.New("digest taken")
+		}
+	}
+	if s.tokens == nil {
+		s.tokens = map[string]*coordinator.Token{}
+	}
+	out := *t
+	out.CreatedAt = time.Now().UTC().Truncate(time.Microsecond)
+	s.tokens[t.Name] = &out
+	s.tokensVersion++
+	cp := out
+	return &cp, nil
+}
+
+func (s *memStore) GetToken(ctx context.Context, name string) (*coordinator.Token, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	t := s.tokens[name]
+	if t == nil {
+		return nil, coordinator.ErrNotFound
+	}
+	cp := *t
+	return &cp, nil
+}
+
+func (s *memStore) ListTokens(ctx context.Context, after string, limit int) ([]*coordinator.Token, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var out []*coordinator.Token
+	for _, name := range slices.Sorted(maps.Keys(s.tokens)) {
+		if name > after && (limit <= 0 || len(out) < limit) {
+			cp := *s.tokens[name]
+			out = append(out, &cp)
+		}
+	}
+	return out, nil
+}
+
+func (s *memStore) DeleteToken(ctx context.Context, name string) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.tokens[name] == nil {
+		return coordinator.ErrNotFound
+	}
+	delete(s.tokens, name)
+	s.tokensVersion++
+	return nil
+}
+
+func (s *memStore) TokensVersion(ctx context.Context) (int64, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.tokensVersion, nil
 }

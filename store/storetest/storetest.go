@@ -357,6 +357,9 @@ func diffCheckpoint(want, got *coordinator.Checkpoint) []string {
 	if got.AbortReason != want.AbortReason {
 		add("AbortReason %q, want %q", got.AbortReason, want.AbortReason)
 	}
+	if got.DecidedBy != want.DecidedBy {
+		add("DecidedBy %q, want %q", got.DecidedBy, want.DecidedBy)
+	}
 	if got.AutoCommit != want.AutoCommit {
 		add("AutoCommit %v, want %v", got.AutoCommit, want.AutoCommit)
 	}

@@ -79,6 +79,33 @@ func (e PendingAction) Valid() bool {
 	}
 }
 
+// Defines values for Scope.
+const (
+	ScopeAdmin       Scope = "admin"
+	ScopeOperator    Scope = "operator"
+	ScopeParticipant Scope = "participant"
+	ScopeRead        Scope = "read"
+	ScopeTrigger     Scope = "trigger"
+)
+
+// Valid indicates whether the value is a known member of the Scope enum.
+func (e Scope) Valid() bool {
+	switch e {
+	case ScopeAdmin:
+		return true
+	case ScopeOperator:
+		return true
+	case ScopeParticipant:
+		return true
+	case ScopeRead:
+		return true
+	case ScopeTrigger:
+		return true
+	default:
+		return false
+	}
+}
+
 // Defines values for VoteKind.
 const (
 	VoteKindAbort    VoteKind = "abort"
@@ -120,7 +147,12 @@ type Checkpoint struct {
 	CreatedAt   time.Time  `json:"created_at"`
 	Deadline    time.Time  `json:"deadline"`
 	DecidedAt   *time.Time `json:"decided_at"`
-	Id          int64      `json:"id"`
+
+	// DecidedBy The name of the token whose request decided the checkpoint (the last `prepared`
+	// vote, an `abort` vote, a commit or abort request, a registration); null while
+	// `preparing`, without authentication, and for a deadline (and what it cascaded to).
+	DecidedBy *string `json:"decided_by"`
+	Id        int64   `json:"id"`
 
 	// Job Example: sink-a
 	Job          Name                    `json:"job"`
@@ -259,6 +291,11 @@ type JobList struct {
 	NextCursor *string `json:"next_cursor,omitempty"`
 }
 
+// JobPattern A job's name, a prefix of one followed by `*`, or `*` for every job.
+//
+// Example: orders-*
+type JobPattern = string
+
 // Name Example: sink-a
 type Name = string
 
@@ -307,8 +344,9 @@ type Problem struct {
 	// Code Stable machine code: `invalid_request`, `not_found`, `method_not_allowed`,
 	// `vote_conflict`, `fenced`, `not_registered`, `already_decided`, `not_decided`,
 	// `votes_missing`, `lower_checkpoint_open`, `too_many_checkpoints`,
-	// `idempotency_conflict`, `job_busy`, `payload_too_large`,
-	// `unsupported_media_type`, `unavailable`, `internal`. The page `type` names
+	// `idempotency_conflict`, `job_busy`, `token_exists`, `unauthenticated`,
+	// `forbidden`, `payload_too_large`, `unsupported_media_type`,
+	// `misdirected_request`, `unavailable`, `internal`. The page `type` names
 	// (and docs/problems.md) says what each means and what to do.
 	//
 	//
@@ -349,6 +387,70 @@ type Registration struct {
 	// Participant Example: sink-a
 	Participant Name          `json:"participant"`
 	Pending     []PendingItem `json:"pending"`
+}
+
+// Scope defines model for Scope.
+type Scope string
+
+// Token defines model for Token.
+type Token struct {
+	CreatedAt time.Time  `json:"created_at"`
+	ExpiresAt *time.Time `json:"expires_at"`
+
+	// Job A job's name, a prefix of one followed by `*`, or `*` for every job.
+	//
+	// Example: orders-*
+	Job JobPattern `json:"job"`
+
+	// Name Example: sink-a
+	Name        Name    `json:"name"`
+	Participant *string `json:"participant"`
+	Scopes      []Scope `json:"scopes"`
+}
+
+// TokenCreated defines model for TokenCreated.
+type TokenCreated struct {
+	CreatedAt time.Time  `json:"created_at"`
+	ExpiresAt *time.Time `json:"expires_at"`
+
+	// Job A job's name, a prefix of one followed by `*`, or `*` for every job.
+	//
+	// Example: orders-*
+	Job JobPattern `json:"job"`
+
+	// Name Example: sink-a
+	Name        Name    `json:"name"`
+	Participant *string `json:"participant"`
+	Scopes      []Scope `json:"scopes"`
+
+	// Token The secret, shown this once.
+	//
+	// Example: tpc_2h7kq3v5x6m4n8p9r2t3w4y5z6a7b8c9d2e3f4g5
+	Token string `json:"token"`
+}
+
+// TokenList defines model for TokenList.
+type TokenList struct {
+	Items      []Token `json:"items"`
+	NextCursor *string `json:"next_cursor,omitempty"`
+}
+
+// TokenRequest defines model for TokenRequest.
+type TokenRequest struct {
+	// ExpiresAt When it stops being accepted; absent, never.
+	ExpiresAt *time.Time `json:"expires_at,omitempty"`
+
+	// Job A job's name, a prefix of one followed by `*`, or `*` for every job.
+	//
+	// Example: orders-*
+	Job JobPattern `json:"job"`
+
+	// Name Example: sink-a
+	Name Name `json:"name"`
+
+	// Participant With the `participant` scope (and only then), the participant it acts as.
+	Participant *Name   `json:"participant,omitempty"`
+	Scopes      []Scope `json:"scopes"`
 }
 
 // VoteKind defines model for VoteKind.
@@ -436,6 +538,15 @@ type GetCheckpointParams struct {
 	WaitMs *int64 `form:"wait_ms,omitempty" json:"wait_ms,omitempty"`
 }
 
+// ListTokensParams defines parameters for ListTokens.
+type ListTokensParams struct {
+	// Limit Page size, 1 to 1000 (default 100).
+	Limit *Limit `form:"limit,omitempty" json:"limit,omitempty"`
+
+	// Cursor The `next_cursor` of the previous page, as it was returned.
+	Cursor *Cursor `form:"cursor,omitempty" json:"cursor,omitempty"`
+}
+
 // PutJobJSONRequestBody defines body for PutJob for application/json ContentType.
 type PutJobJSONRequestBody = JobConfig
 
@@ -450,6 +561,9 @@ type PutAckJSONRequestBody = AckRequest
 
 // PutVoteJSONRequestBody defines body for PutVote for application/json ContentType.
 type PutVoteJSONRequestBody = VoteRequest
+
+// CreateTokenJSONRequestBody defines body for CreateToken for application/json ContentType.
+type CreateTokenJSONRequestBody = TokenRequest
 
 // RequestEditorFn is the function signature for the RequestEditor callback function
 type RequestEditorFn func(ctx context.Context, req *http.Request) error
@@ -755,6 +869,50 @@ type ClientInterface interface {
 	//
 	// Corresponds with POST /v1/jobs/{job}/participants/{participant}/register (the `RegisterParticipant` operationId).
 	RegisterParticipant(ctx context.Context, job JobName, participant ParticipantName, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// ListTokens List tokens by name (admin); never their secrets.
+	//
+	// Corresponds with GET /v1/tokens (the `ListTokens` operationId).
+	ListTokens(ctx context.Context, params *ListTokensParams, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// CreateTokenWithBody Create a token (admin).
+	//
+	// Answers the token's view with its secret in `token`, shown this once: the database
+	// keeps only its SHA-256 digest. A secret is `tpc_` and 40 base32 characters (168
+	// random bits and a checksum), so that secret scanners recognise a leaked one. A
+	// token with the `participant` scope names one job (not a pattern) and the
+	// participant it acts as. 409 `token_exists` if the name is taken (`admin` always is).
+	//
+	// Takes any type of body and a specified content type.
+	//
+	// Corresponds with POST /v1/tokens (the `CreateToken` operationId).
+	CreateTokenWithBody(ctx context.Context, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// CreateToken Create a token (admin).
+	//
+	// Answers the token's view with its secret in `token`, shown this once: the database
+	// keeps only its SHA-256 digest. A secret is `tpc_` and 40 base32 characters (168
+	// random bits and a checksum), so that secret scanners recognise a leaked one. A
+	// token with the `participant` scope names one job (not a pattern) and the
+	// participant it acts as. 409 `token_exists` if the name is taken (`admin` always is).
+	//
+	// Takes a body of the `application/json` content type.
+	//
+	// Corresponds with POST /v1/tokens (the `CreateToken` operationId).
+	CreateToken(ctx context.Context, body CreateTokenJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// DeleteToken Revoke a token (admin).
+	//
+	// Within a second no coordinator on the database accepts it, and long-polls that hold
+	// it answer 401. 404 if there is no such token.
+	//
+	// Corresponds with DELETE /v1/tokens/{name} (the `DeleteToken` operationId).
+	DeleteToken(ctx context.Context, name Name, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// GetToken One token (admin); never its secret.
+	//
+	// Corresponds with GET /v1/tokens/{name} (the `GetToken` operationId).
+	GetToken(ctx context.Context, name Name, reqEditors ...RequestEditorFn) (*http.Response, error)
 }
 
 // GetHealthz Liveness.
@@ -1218,6 +1376,100 @@ func (c *Client) GetPending(ctx context.Context, job JobName, participant Partic
 // Corresponds with POST /v1/jobs/{job}/participants/{participant}/register (the `RegisterParticipant` operationId).
 func (c *Client) RegisterParticipant(ctx context.Context, job JobName, participant ParticipantName, reqEditors ...RequestEditorFn) (*http.Response, error) {
 	req, err := NewRegisterParticipantRequest(c.Server, job, participant)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// ListTokens List tokens by name (admin); never their secrets.
+//
+// Corresponds with GET /v1/tokens (the `ListTokens` operationId).
+func (c *Client) ListTokens(ctx context.Context, params *ListTokensParams, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewListTokensRequest(c.Server, params)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// CreateTokenWithBody Create a token (admin).
+//
+// Answers the token's view with its secret in `token`, shown this once: the database
+// keeps only its SHA-256 digest. A secret is `tpc_` and 40 base32 characters (168
+// random bits and a checksum), so that secret scanners recognise a leaked one. A
+// token with the `participant` scope names one job (not a pattern) and the
+// participant it acts as. 409 `token_exists` if the name is taken (`admin` always is).
+//
+// Takes any type of body and a specified content type.
+//
+// Corresponds with POST /v1/tokens (the `CreateToken` operationId).
+func (c *Client) CreateTokenWithBody(ctx context.Context, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewCreateTokenRequestWithBody(c.Server, contentType, body)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// CreateToken Create a token (admin).
+//
+// Answers the token's view with its secret in `token`, shown this once: the database
+// keeps only its SHA-256 digest. A secret is `tpc_` and 40 base32 characters (168
+// random bits and a checksum), so that secret scanners recognise a leaked one. A
+// token with the `participant` scope names one job (not a pattern) and the
+// participant it acts as. 409 `token_exists` if the name is taken (`admin` always is).
+//
+// Takes a body of the `application/json` content type.
+//
+// Corresponds with POST /v1/tokens (the `CreateToken` operationId).
+func (c *Client) CreateToken(ctx context.Context, body CreateTokenJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewCreateTokenRequest(c.Server, body)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// DeleteToken Revoke a token (admin).
+//
+// Within a second no coordinator on the database accepts it, and long-polls that hold
+// it answer 401. 404 if there is no such token.
+//
+// Corresponds with DELETE /v1/tokens/{name} (the `DeleteToken` operationId).
+func (c *Client) DeleteToken(ctx context.Context, name Name, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewDeleteTokenRequest(c.Server, name)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// GetToken One token (admin); never its secret.
+//
+// Corresponds with GET /v1/tokens/{name} (the `GetToken` operationId).
+func (c *Client) GetToken(ctx context.Context, name Name, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewGetTokenRequest(c.Server, name)
 	if err != nil {
 		return nil, err
 	}
@@ -2143,6 +2395,180 @@ func NewRegisterParticipantRequest(server string, job JobName, participant Parti
 	return req, nil
 }
 
+// NewListTokensRequest constructs an http.Request for the ListTokens method
+func NewListTokensRequest(server string, params *ListTokensParams) (*http.Request, error) {
+	var err error
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/v1/tokens")
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	if params != nil {
+		// queryValues collects non-styled parameters (passthrough, JSON)
+		// that are safe to round-trip through url.Values.Encode().
+		queryValues := queryURL.Query()
+		// rawQueryFragments collects pre-encoded query fragments from
+		// styled parameters, preserving literal commas as delimiters
+		// per the OpenAPI spec (e.g. "color=blue,black,brown").
+		var rawQueryFragments []string
+
+		if params.Limit != nil {
+
+			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "limit", *params.Limit, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			} else {
+				for _, qp := range strings.Split(queryFrag, "&") {
+					rawQueryFragments = append(rawQueryFragments, qp)
+				}
+			}
+
+		}
+
+		if params.Cursor != nil {
+
+			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "cursor", *params.Cursor, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			} else {
+				for _, qp := range strings.Split(queryFrag, "&") {
+					rawQueryFragments = append(rawQueryFragments, qp)
+				}
+			}
+
+		}
+
+		if encoded := queryValues.Encode(); encoded != "" {
+			rawQueryFragments = append(rawQueryFragments, encoded)
+		}
+		queryURL.RawQuery = strings.Join(rawQueryFragments, "&")
+	}
+
+	req, err := http.NewRequest(http.MethodGet, queryURL.String(), nil)
+	if err != nil {
+		return nil, err
+	}
+
+	return req, nil
+}
+
+// NewCreateTokenRequest calls the generic CreateToken builder with application/json body
+func NewCreateTokenRequest(server string, body CreateTokenJSONRequestBody) (*http.Request, error) {
+	var bodyReader io.Reader
+	buf, err := json.Marshal(body)
+	if err != nil {
+		return nil, err
+	}
+	bodyReader = bytes.NewReader(buf)
+	return NewCreateTokenRequestWithBody(server, "application/json", bodyReader)
+}
+
+// NewCreateTokenRequestWithBody constructs an http.Request for the CreateToken method, with any body, and a specified content type
+func NewCreateTokenRequestWithBody(server string, contentType string, body io.Reader) (*http.Request, error) {
+	var err error
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/v1/tokens")
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	req, err := http.NewRequest(http.MethodPost, queryURL.String(), body)
+	if err != nil {
+		return nil, err
+	}
+
+	req.Header.Add("Content-Type", contentType)
+
+	return req, nil
+}
+
+// NewDeleteTokenRequest constructs an http.Request for the DeleteToken method
+func NewDeleteTokenRequest(server string, name Name) (*http.Request, error) {
+	var err error
+
+	var pathParam0 string
+
+	pathParam0, err = runtime.StyleParamWithOptions("simple", false, "name", name, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
+	if err != nil {
+		return nil, err
+	}
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/v1/tokens/%s", pathParam0)
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	req, err := http.NewRequest(http.MethodDelete, queryURL.String(), nil)
+	if err != nil {
+		return nil, err
+	}
+
+	return req, nil
+}
+
+// NewGetTokenRequest constructs an http.Request for the GetToken method
+func NewGetTokenRequest(server string, name Name) (*http.Request, error) {
+	var err error
+
+	var pathParam0 string
+
+	pathParam0, err = runtime.StyleParamWithOptions("simple", false, "name", name, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
+	if err != nil {
+		return nil, err
+	}
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/v1/tokens/%s", pathParam0)
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	req, err := http.NewRequest(http.MethodGet, queryURL.String(), nil)
+	if err != nil {
+		return nil, err
+	}
+
+	return req, nil
+}
+
 func (c *Client) applyEditors(ctx context.Context, req *http.Request, additionalEditors []RequestEditorFn) error {
 	for _, r := range c.RequestEditors {
 		if err := r(ctx, req); err != nil {
@@ -2445,6 +2871,56 @@ type ClientWithResponsesInterface interface {
 	//
 	// Corresponds with POST /v1/jobs/{job}/participants/{participant}/register (the `RegisterParticipant` operationId).
 	RegisterParticipantWithResponse(ctx context.Context, job JobName, participant ParticipantName, reqEditors ...RequestEditorFn) (*RegisterParticipantResponse, error)
+
+	// ListTokensWithResponse List tokens by name (admin); never their secrets.
+	//
+	// Returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with GET /v1/tokens (the `ListTokens` operationId).
+	ListTokensWithResponse(ctx context.Context, params *ListTokensParams, reqEditors ...RequestEditorFn) (*ListTokensResponse, error)
+
+	// CreateTokenWithBodyWithResponse Create a token (admin).
+	//
+	// Answers the token's view with its secret in `token`, shown this once: the database
+	// keeps only its SHA-256 digest. A secret is `tpc_` and 40 base32 characters (168
+	// random bits and a checksum), so that secret scanners recognise a leaked one. A
+	// token with the `participant` scope names one job (not a pattern) and the
+	// participant it acts as. 409 `token_exists` if the name is taken (`admin` always is).
+	//
+	// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with POST /v1/tokens (the `CreateToken` operationId).
+	CreateTokenWithBodyWithResponse(ctx context.Context, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*CreateTokenResponse, error)
+
+	// CreateTokenWithResponse Create a token (admin).
+	//
+	// Answers the token's view with its secret in `token`, shown this once: the database
+	// keeps only its SHA-256 digest. A secret is `tpc_` and 40 base32 characters (168
+	// random bits and a checksum), so that secret scanners recognise a leaked one. A
+	// token with the `participant` scope names one job (not a pattern) and the
+	// participant it acts as. 409 `token_exists` if the name is taken (`admin` always is).
+	//
+	// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with POST /v1/tokens (the `CreateToken` operationId).
+	CreateTokenWithResponse(ctx context.Context, body CreateTokenJSONRequestBody, reqEditors ...RequestEditorFn) (*CreateTokenResponse, error)
+
+	// DeleteTokenWithResponse Revoke a token (admin).
+	//
+	// Within a second no coordinator on the database accepts it, and long-polls that hold
+	// it answer 401. 404 if there is no such token.
+	//
+	// Returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with DELETE /v1/tokens/{name} (the `DeleteToken` operationId).
+	DeleteTokenWithResponse(ctx context.Context, name Name, reqEditors ...RequestEditorFn) (*DeleteTokenResponse, error)
+
+	// GetTokenWithResponse One token (admin); never its secret.
+	//
+	// Returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with GET /v1/tokens/{name} (the `GetToken` operationId).
+	GetTokenWithResponse(ctx context.Context, name Name, reqEditors ...RequestEditorFn) (*GetTokenResponse, error)
 }
 
 // GetHealthzResponseDefaultHeaders the declared response headers of an HTTP default response for GetHealthz
@@ -3478,6 +3954,226 @@ func (r RegisterParticipantResponse) ContentType() string {
 	return ""
 }
 
+// ListTokensResponseDefaultHeaders the declared response headers of an HTTP default response for ListTokens
+type ListTokensResponseDefaultHeaders struct {
+	RetryAfter *int
+}
+
+type ListTokensResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON200 the response for an HTTP 200 `application/json` response
+	JSON200 *TokenList
+	// ApplicationproblemJSONDefault the response for an HTTP default `application/problem+json` response
+	ApplicationproblemJSONDefault *Problem
+	// HeadersDefault the parsed response headers for an HTTP default response
+	HeadersDefault *ListTokensResponseDefaultHeaders
+}
+
+// GetJSON200 returns the response for an HTTP 200 `application/json` response
+func (r ListTokensResponse) GetJSON200() *TokenList {
+	return r.JSON200
+}
+
+// GetApplicationproblemJSONDefault returns the response for an HTTP default `application/problem+json` response
+func (r ListTokensResponse) GetApplicationproblemJSONDefault() *Problem {
+	return r.ApplicationproblemJSONDefault
+}
+
+// GetBody returns the raw response body bytes
+func (r ListTokensResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r ListTokensResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r ListTokensResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r ListTokensResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
+// CreateTokenResponse201Headers the declared response headers of an HTTP 201 response for CreateToken
+type CreateTokenResponse201Headers struct {
+	Location *string
+}
+
+// CreateTokenResponseDefaultHeaders the declared response headers of an HTTP default response for CreateToken
+type CreateTokenResponseDefaultHeaders struct {
+	RetryAfter *int
+}
+
+type CreateTokenResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON201 the response for an HTTP 201 `application/json` response
+	JSON201 *TokenCreated
+	// ApplicationproblemJSONDefault the response for an HTTP default `application/problem+json` response
+	ApplicationproblemJSONDefault *Problem
+	// Headers201 the parsed response headers for an HTTP 201 response
+	Headers201 *CreateTokenResponse201Headers
+	// HeadersDefault the parsed response headers for an HTTP default response
+	HeadersDefault *CreateTokenResponseDefaultHeaders
+}
+
+// GetJSON201 returns the response for an HTTP 201 `application/json` response
+func (r CreateTokenResponse) GetJSON201() *TokenCreated {
+	return r.JSON201
+}
+
+// GetApplicationproblemJSONDefault returns the response for an HTTP default `application/problem+json` response
+func (r CreateTokenResponse) GetApplicationproblemJSONDefault() *Problem {
+	return r.ApplicationproblemJSONDefault
+}
+
+// GetBody returns the raw response body bytes
+func (r CreateTokenResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r CreateTokenResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r CreateTokenResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r CreateTokenResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
+// DeleteTokenResponseDefaultHeaders the declared response headers of an HTTP default response for DeleteToken
+type DeleteTokenResponseDefaultHeaders struct {
+	RetryAfter *int
+}
+
+type DeleteTokenResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// ApplicationproblemJSONDefault the response for an HTTP default `application/problem+json` response
+	ApplicationproblemJSONDefault *Problem
+	// HeadersDefault the parsed response headers for an HTTP default response
+	HeadersDefault *DeleteTokenResponseDefaultHeaders
+}
+
+// GetApplicationproblemJSONDefault returns the response for an HTTP default `application/problem+json` response
+func (r DeleteTokenResponse) GetApplicationproblemJSONDefault() *Problem {
+	return r.ApplicationproblemJSONDefault
+}
+
+// GetBody returns the raw response body bytes
+func (r DeleteTokenResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r DeleteTokenResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r DeleteTokenResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r DeleteTokenResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
+// GetTokenResponseDefaultHeaders the declared response headers of an HTTP default response for GetToken
+type GetTokenResponseDefaultHeaders struct {
+	RetryAfter *int
+}
+
+type GetTokenResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON200 the response for an HTTP 200 `application/json` response
+	JSON200 *Token
+	// ApplicationproblemJSONDefault the response for an HTTP default `application/problem+json` response
+	ApplicationproblemJSONDefault *Problem
+	// HeadersDefault the parsed response headers for an HTTP default response
+	HeadersDefault *GetTokenResponseDefaultHeaders
+}
+
+// GetJSON200 returns the response for an HTTP 200 `application/json` response
+func (r GetTokenResponse) GetJSON200() *Token {
+	return r.JSON200
+}
+
+// GetApplicationproblemJSONDefault returns the response for an HTTP default `application/problem+json` response
+func (r GetTokenResponse) GetApplicationproblemJSONDefault() *Problem {
+	return r.ApplicationproblemJSONDefault
+}
+
+// GetBody returns the raw response body bytes
+func (r GetTokenResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r GetTokenResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r GetTokenResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r GetTokenResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
 // GetHealthzWithResponse Liveness.
 //
 // Returns a wrapper object for the known response body format(s).
@@ -3879,6 +4575,86 @@ func (c *ClientWithResponses) RegisterParticipantWithResponse(ctx context.Contex
 		return nil, err
 	}
 	return ParseRegisterParticipantResponse(rsp)
+}
+
+// ListTokensWithResponse List tokens by name (admin); never their secrets.
+//
+// Returns a wrapper object for the known response body format(s).
+//
+// Corresponds with GET /v1/tokens (the `ListTokens` operationId).
+func (c *ClientWithResponses) ListTokensWithResponse(ctx context.Context, params *ListTokensParams, reqEditors ...RequestEditorFn) (*ListTokensResponse, error) {
+	rsp, err := c.ListTokens(ctx, params, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseListTokensResponse(rsp)
+}
+
+// CreateTokenWithBodyWithResponse Create a token (admin).
+//
+// Answers the token's view with its secret in `token`, shown this once: the database
+// keeps only its SHA-256 digest. A secret is `tpc_` and 40 base32 characters (168
+// random bits and a checksum), so that secret scanners recognise a leaked one. A
+// token with the `participant` scope names one job (not a pattern) and the
+// participant it acts as. 409 `token_exists` if the name is taken (`admin` always is).
+//
+// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
+//
+// Corresponds with POST /v1/tokens (the `CreateToken` operationId).
+func (c *ClientWithResponses) CreateTokenWithBodyWithResponse(ctx context.Context, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*CreateTokenResponse, error) {
+	rsp, err := c.CreateTokenWithBody(ctx, contentType, body, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseCreateTokenResponse(rsp)
+}
+
+// CreateTokenWithResponse Create a token (admin).
+//
+// Answers the token's view with its secret in `token`, shown this once: the database
+// keeps only its SHA-256 digest. A secret is `tpc_` and 40 base32 characters (168
+// random bits and a checksum), so that secret scanners recognise a leaked one. A
+// token with the `participant` scope names one job (not a pattern) and the
+// participant it acts as. 409 `token_exists` if the name is taken (`admin` always is).
+//
+// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
+//
+// Corresponds with POST /v1/tokens (the `CreateToken` operationId).
+func (c *ClientWithResponses) CreateTokenWithResponse(ctx context.Context, body CreateTokenJSONRequestBody, reqEditors ...RequestEditorFn) (*CreateTokenResponse, error) {
+	rsp, err := c.CreateToken(ctx, body, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseCreateTokenResponse(rsp)
+}
+
+// DeleteTokenWithResponse Revoke a token (admin).
+//
+// Within a second no coordinator on the database accepts it, and long-polls that hold
+// it answer 401. 404 if there is no such token.
+//
+// Returns a wrapper object for the known response body format(s).
+//
+// Corresponds with DELETE /v1/tokens/{name} (the `DeleteToken` operationId).
+func (c *ClientWithResponses) DeleteTokenWithResponse(ctx context.Context, name Name, reqEditors ...RequestEditorFn) (*DeleteTokenResponse, error) {
+	rsp, err := c.DeleteToken(ctx, name, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseDeleteTokenResponse(rsp)
+}
+
+// GetTokenWithResponse One token (admin); never its secret.
+//
+// Returns a wrapper object for the known response body format(s).
+//
+// Corresponds with GET /v1/tokens/{name} (the `GetToken` operationId).
+func (c *ClientWithResponses) GetTokenWithResponse(ctx context.Context, name Name, reqEditors ...RequestEditorFn) (*GetTokenResponse, error) {
+	rsp, err := c.GetToken(ctx, name, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseGetTokenResponse(rsp)
 }
 
 // ParseGetHealthzResponse parses an HTTP response from a GetHealthzWithResponse call
@@ -4731,6 +5507,196 @@ func ParseRegisterParticipantResponse(rsp *http.Response) (*RegisterParticipantR
 	switch {
 	case true:
 		var headers RegisterParticipantResponseDefaultHeaders
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = &value
+		}
+		response.HeadersDefault = &headers
+	}
+
+	return response, nil
+}
+
+// ParseListTokensResponse parses an HTTP response from a ListTokensWithResponse call
+func ParseListTokensResponse(rsp *http.Response) (*ListTokensResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &ListTokensResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
+		var dest TokenList
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON200 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && true:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSONDefault = &dest
+
+	}
+
+	switch {
+	case true:
+		var headers ListTokensResponseDefaultHeaders
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = &value
+		}
+		response.HeadersDefault = &headers
+	}
+
+	return response, nil
+}
+
+// ParseCreateTokenResponse parses an HTTP response from a CreateTokenWithResponse call
+func ParseCreateTokenResponse(rsp *http.Response) (*CreateTokenResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &CreateTokenResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 201:
+		var dest TokenCreated
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON201 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && true:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSONDefault = &dest
+
+	}
+
+	switch {
+	case rsp.StatusCode == 201:
+		var headers CreateTokenResponse201Headers
+		if values := rsp.Header.Values("Location"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Location", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.Location = &value
+		}
+		response.Headers201 = &headers
+	case true:
+		var headers CreateTokenResponseDefaultHeaders
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = &value
+		}
+		response.HeadersDefault = &headers
+	}
+
+	return response, nil
+}
+
+// ParseDeleteTokenResponse parses an HTTP response from a DeleteTokenWithResponse call
+func ParseDeleteTokenResponse(rsp *http.Response) (*DeleteTokenResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &DeleteTokenResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case rsp.StatusCode == 204:
+		break // No content-type
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && true:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSONDefault = &dest
+
+	}
+
+	switch {
+	case true:
+		var headers DeleteTokenResponseDefaultHeaders
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = &value
+		}
+		response.HeadersDefault = &headers
+	}
+
+	return response, nil
+}
+
+// ParseGetTokenResponse parses an HTTP response from a GetTokenWithResponse call
+func ParseGetTokenResponse(rsp *http.Response) (*GetTokenResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &GetTokenResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
+		var dest Token
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON200 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && true:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSONDefault = &dest
+
+	}
+
+	switch {
+	case true:
+		var headers GetTokenResponseDefaultHeaders
 		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
 			var value int
 			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "integer", Format: ""}); err != nil {

@@ -3,6 +3,8 @@ package coordinatorclient
 import (
 	"context"
 	crand "crypto/rand"
+	"crypto/tls"
+	"crypto/x509"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -17,8 +19,20 @@ import (
 // Options configures a Coordinator. The zero value is usable.
 type Options struct {
 	// HTTPClient sends the requests. nil means a client of its own with no overall timeout
-	// (each attempt is bounded by RequestTimeout instead).
+	// (each attempt is bounded by RequestTimeout instead), configured by RootCAs and
+	// Certificates. A caller that passes an HTTPClient configures its TLS itself, and
+	// must leave RootCAs and Certificates unset.
 	HTTPClient *http.Client
+	// Token, when set, is sent as "Authorization: Bearer <Token>" on every request,
+	// including those made through [Coordinator.Client]. It is never logged nor put in
+	// an error. Over http:// it travels in clear: use https:// for anything but loopback.
+	Token string
+	// RootCAs are the certificate authorities an https:// coordinator's certificate must
+	// be signed by. nil means the system's.
+	RootCAs *x509.CertPool
+	// Certificates are the client certificates presented to an https:// coordinator that
+	// asks for one (one with --tls-client-ca-file does).
+	Certificates []tls.Certificate
 	// RequestTimeout bounds one attempt of a request; a long poll gets its wait on top.
 	// 0 means 10s.
 	RequestTimeout time.Duration
@@ -49,10 +63,33 @@ type Coordinator struct {
 }
 
 // NewCoordinator returns a Coordinator for the service at baseURL (e.g.
-// "http://localhost:8080"). It fails only on an unusable URL.
+// "http://localhost:8080" or "https://coordinator.example:8443"). It fails only on an
+// unusable URL or unusable Options: a Token that a header cannot carry, or RootCAs or
+// Certificates given with an HTTPClient.
 func NewCoordinator(baseURL string, opts Options) (*Coordinator, error) {
+	var clientOpts []ClientOption
+	if opts.Token != "" {
+		for i := 0; i < len(opts.Token); i++ {
+			// A bearer token is visible ASCII (RFC 6750); the token itself is not shown.
+			if c := opts.Token[i]; c < 0x21 || c > 0x7e {
+				return nil, fmt.Errorf("coordinator client for %q: Options.Token has a byte that is not visible ASCII (at %d)", baseURL, i)
+			}
+		}
+		authorization := "Bearer " + opts.Token
+		clientOpts = append(clientOpts, WithRequestEditorFn(func(_ context.Context, req *http.Request) error {
+			req.Header.Set("Authorization", authorization)
+			return nil
+		}))
+	}
 	if opts.HTTPClient == nil {
-		opts.HTTPClient = &http.Client{Transport: http.DefaultTransport.(*http.Transport).Clone()}
+		transport := http.DefaultTransport.(*http.Transport).Clone()
+		if opts.RootCAs != nil || len(opts.Certificates) > 0 {
+			transport.TLSClientConfig = &tls.Config{MinVersion: tls.VersionTLS12, RootCAs: opts.RootCAs, Certificates: opts.Certificates}
+		}
+		opts.HTTPClient = &http.Client{Transport: transport}
+	} else if opts.RootCAs != nil || len(opts.Certificates) > 0 {
+		return nil, fmt.Errorf("coordinator client for %q: Options.RootCAs and Options.Certificates configure the client NewCoordinator makes: "+
+			"with an Options.HTTPClient, configure its transport's TLS instead", baseURL)
 	}
 	if opts.RequestTimeout <= 0 {
 		opts.RequestTimeout = 10 * time.Second
@@ -69,7 +106,7 @@ func NewCoordinator(baseURL string, opts Options) (*Coordinator, error) {
 	if opts.Logger == nil {
 		opts.Logger = slog.New(slog.DiscardHandler)
 	}
-	client, err := NewClientWithResponses(strings.TrimRight(baseURL, "/"), WithHTTPClient(opts.HTTPClient))
+	client, err := NewClientWithResponses(strings.TrimRight(baseURL, "/"), append(clientOpts, WithHTTPClient(opts.HTTPClient))...)
 	if err != nil {
 		return nil, fmt.Errorf("coordinator client for %q: %w", baseURL, err)
 	}

@@ -101,6 +101,20 @@
 // [context.Cause]) when its checkpoint is decided while it runs. A [*PermanentError],
 // made with [Permanent], is how a Participant tells the Runner to stop instead of retrying.
 //
+// # HTTPS and tokens
+//
+// For a coordinator served over HTTPS, give [NewCoordinator] an https:// URL and, unless
+// its certificate is signed by a CA the system trusts, [Options.RootCAs]; for one that
+// asks for client certificates, [Options.Certificates]. [Options.Token] is sent as a
+// bearer token on every request, the generated client's ([Coordinator.Client]) included:
+//
+//	roots := x509.NewCertPool()
+//	roots.AppendCertsFromPEM(caPEM)
+//	coord, err := cc.NewCoordinator("https://coordinator.example:8443",
+//		cc.Options{RootCAs: roots, Token: token}) // token: read from a secret, never logged
+//
+// A Runner and a Trigger use their Coordinator's connection, so they need nothing more.
+//
 // # More
 //
 // The repository's examples/participant is a complete participant program, and

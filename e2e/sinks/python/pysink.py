@@ -21,6 +21,15 @@ Transient failures (connection errors, 5xx, 503 with Retry-After) are retried wi
 exponential backoff and jitter; 409 fenced stops the process.
 
 Usage: pysink.py --coordinator URL --job JOB --name NAME --socket PATH --dir DIR
+                 [--token TOKEN] [--ca-file PEM] [--client-cert-file PEM --client-key-file PEM]
+
+With a token (--token, or the environment variable PYSINK_TOKEN, which keeps it off the
+command line), every request carries "Authorization: Bearer <token>"; the token is never
+logged. For an https:// coordinator, --ca-file (or PYSINK_CA_FILE) names the PEM file of the
+CAs its certificate must be signed by (default: the system's), and --client-cert-file and
+--client-key-file a client certificate, for a coordinator that asks for one. A certificate
+that cannot be verified stops the process (exit 2) rather than being retried, as does a
+401 or 403 answer.
 """
 
 import argparse
@@ -29,6 +38,7 @@ import os
 import random
 import signal
 import socket
+import ssl
 import sys
 import threading
 import time
@@ -59,11 +69,17 @@ class Fenced(Exception):
     pass
 
 
+class Misconfigured(Exception):
+    """What retrying cannot fix: a certificate that cannot be verified."""
+
+
 class Coordinator:
-    def __init__(self, base, job, name):
+    def __init__(self, base, job, name, token=None, tls_context=None):
         self.base = base.rstrip("/")
         self.job = job
         self.name = name
+        self.token = token
+        self.tls_context = tls_context  # for https:// only; None: the system's CAs
 
     def call(self, method, path, body=None, timeout=10):
         """Sends a request until it succeeds or is refused; returns the decoded answer."""
@@ -73,9 +89,11 @@ class Coordinator:
             req = urllib.request.Request(self.base + path, data=data, method=method)
             if data is not None:
                 req.add_header("Content-Type", "application/json")
+            if self.token:
+                req.add_header("Authorization", "Bearer " + self.token)
             wait = delay
             try:
-                with urllib.request.urlopen(req, timeout=timeout) as resp:
+                with urllib.request.urlopen(req, timeout=timeout, context=self.tls_context) as resp:
                     raw = resp.read()
                     return json.loads(raw) if raw else None
             except urllib.error.HTTPError as e:  # before URLError: it is one
@@ -89,7 +107,12 @@ class Coordinator:
                 retry_after = e.headers.get("Retry-After")
                 if retry_after and retry_after.isdigit():
                     wait = max(wait, min(float(retry_after), 5.0))
-            except (urllib.error.URLError, ConnectionError, TimeoutError, OSError, ValueError):
+            except urllib.error.URLError as e:
+                if isinstance(e.reason, ssl.SSLCertVerificationError):
+                    raise Misconfigured(f"the coordinator's certificate cannot be verified: {e.reason.verify_message}") from None
+            except ssl.SSLCertVerificationError as e:
+                raise Misconfigured(f"the coordinator's certificate cannot be verified: {e.verify_message}") from None
+            except (ConnectionError, TimeoutError, OSError, ValueError):
                 pass
             # Equal jitter: half fixed, half random.
             time.sleep(wait / 2 + random.random() * wait / 2)
@@ -349,16 +372,39 @@ def main():
     ap.add_argument("--name", required=True)
     ap.add_argument("--socket", required=True)
     ap.add_argument("--dir", required=True)
+    ap.add_argument("--token", default=os.environ.get("PYSINK_TOKEN"),
+                    help="bearer token sent on every request (default: $PYSINK_TOKEN)")
+    ap.add_argument("--ca-file", default=os.environ.get("PYSINK_CA_FILE"),
+                    help="PEM file of the CAs an https:// coordinator's certificate must be signed by (default: $PYSINK_CA_FILE, else the system's)")
+    ap.add_argument("--client-cert-file", help="PEM client certificate to present over https")
+    ap.add_argument("--client-key-file", help="PEM key of --client-cert-file")
     args = ap.parse_args()
+    if bool(args.client_cert_file) != bool(args.client_key_file):
+        ap.error("--client-cert-file and --client-key-file go together")
+    tls_context = None
+    if args.ca_file or args.client_cert_file:
+        tls_context = ssl.create_default_context(cafile=args.ca_file)
+        tls_context.minimum_version = ssl.TLSVersion.TLSv1_2
+        if args.client_cert_file:
+            tls_context.load_cert_chain(args.client_cert_file, args.client_key_file)
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
     inbox = Inbox(args.socket, args.name)
     threading.Thread(target=inbox.run, daemon=True).start()
-    sink = Sink(Coordinator(args.coordinator, args.job, args.name), inbox, args.dir)
+    coord = Coordinator(args.coordinator, args.job, args.name, token=args.token or None, tls_context=tls_context)
+    sink = Sink(coord, inbox, args.dir)
     try:
         sink.run()
     except Fenced:
         log("fenced: a newer instance registered; stopping")
         return 3
+    except Misconfigured as e:
+        log(f"stopping: {e}")
+        return 2
+    except Problem as p:
+        if p.status not in (401, 403):
+            raise
+        log(f"stopping: the coordinator refused the request ({p}); check --token")
+        return 2
     return 0
 
 

@@ -1,0 +1,225 @@
+package api
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"strings"
+
+	"github.com/go-chi/chi/v5"
+
+	"github.com/twophase/coordinator/coordinator"
+)
+
+// Access control (docs/protocol.md, "Access control"): who may call which route is decided
+// here, from routeAccess alone, before any handler runs. authenticate tells the token's
+// principal from the Authorization header, for every request; authorize, once the route is
+// known, asks the principal whether it may take that route on the job and participant the
+// path names. A refusal is answered before the body is read, so it changes nothing.
+
+// access is what a route needs of a token.
+type access int
+
+const (
+	// accessPublic needs no token: liveness and readiness probes.
+	accessPublic access = iota
+	// accessAnyToken needs a valid token of any scope: build information, problem pages.
+	accessAnyToken
+	// accessReach needs a valid token; the handler lists only the jobs the token reaches.
+	accessReach
+	// accessRead needs a right to read the path's job: any scope on it.
+	accessRead
+	// accessOpen needs trigger or operator on the path's job.
+	accessOpen
+	// accessOperate needs operator on the path's job.
+	accessOperate
+	// accessAsParticipant needs the participant scope as the path's participant of its job.
+	accessAsParticipant
+	// accessAbort needs operator on the path's job, or the participant scope in it: the
+	// service then lets it abort only a checkpoint that expects that participant.
+	accessAbort
+	// accessAdmin needs the admin scope.
+	accessAdmin
+)
+
+// routeAccess is the authorisation table: every route of openapi.yaml, by method (HEAD is
+// GET's) and path template, with what it needs. A route missing here is refused to every
+// token (TestRouteAccessCoversEveryRoute keeps it complete).
+var routeAccess = map[string]access{
+	"GET /healthz":          accessPublic,
+	"GET /readyz":           accessPublic,
+	"GET /v1/info":          accessAnyToken,
+	"GET /problems":         accessAnyToken,
+	"GET /problems/{code}":  accessAnyToken,
+	"GET /v1/jobs":          accessReach,
+	"GET /v1/checkpoints":   accessReach,
+	"PUT /v1/jobs/{job}":    accessOperate,
+	"GET /v1/jobs/{job}":    accessRead,
+	"DELETE /v1/jobs/{job}": accessOperate,
+	"POST /v1/jobs/{job}/participants/{participant}/register": accessAsParticipant,
+	"GET /v1/jobs/{job}/participants/{participant}/pending":   accessRead,
+	"POST /v1/jobs/{job}/checkpoints":                         accessOpen,
+	"GET /v1/jobs/{job}/checkpoints":                          accessRead,
+	"GET /v1/jobs/{job}/checkpoints/{id}":                     accessRead,
+	"PUT /v1/jobs/{job}/checkpoints/{id}/votes/{participant}": accessAsParticipant,
+	"POST /v1/jobs/{job}/checkpoints/{id}/commit":             accessOperate,
+	"POST /v1/jobs/{job}/checkpoints/{id}/abort":              accessAbort,
+	"PUT /v1/jobs/{job}/checkpoints/{id}/acks/{participant}":  accessAsParticipant,
+	"POST /v1/tokens":          accessAdmin,
+	"GET /v1/tokens":           accessAdmin,
+	"GET /v1/tokens/{name}":    accessAdmin,
+	"DELETE /v1/tokens/{name}": accessAdmin,
+}
+
+// publicPaths are the paths that need no token, so that probes work before routing.
+var publicPaths = map[string]bool{"/healthz": true, "/readyz": true}
+
+type principalKey struct{}
+
+// principalOf is the principal of the request's token; nil when authentication is off.
+func principalOf(ctx context.Context) *coordinator.Principal {
+	p, _ := ctx.Value(principalKey{}).(*coordinator.Principal)
+	return p
+}
+
+// reachOf is the pattern of the jobs a request may see in a list: every job without
+// authentication.
+func reachOf(ctx context.Context) coordinator.JobPattern {
+	if p := principalOf(ctx); p != nil {
+		return p.Reach()
+	}
+	return coordinator.AllJobs
+}
+
+// errTokenRevoked is the cause a long-poll's context is cancelled with when its token is
+// revoked while it waits.
+var errTokenRevoked = errors.New("the token was revoked while the request waited")
+
+// unauthenticatedError is a 401: no token, or one that is no token (any more).
+func unauthenticatedError(detail string) *coordinator.Error {
+	return &coordinator.Error{Code: coordinator.CodeUnauthenticated, Message: detail}
+}
+
+// bearerToken returns the token of an Authorization header "Bearer <token>" (the scheme
+// in any case, RFC 9110 11.1), ok false if there is none or the header is malformed.
+func bearerToken(header string) (token string, ok bool) {
+	scheme, rest, found := strings.Cut(header, " ")
+	if !found || !strings.EqualFold(scheme, "Bearer") {
+		return "", false
+	}
+	token = strings.TrimLeft(rest, " ")
+	if token == "" || strings.ContainsAny(token, " \t") {
+		return "", false
+	}
+	return token, true
+}
+
+// authenticate tells the principal of every request but the public probes from its
+// Authorization header, and refuses it 401 without a valid token. A nil auth (no admin
+// token configured) turns authentication off. The request's context carries the principal
+// and, for the rules, its name (coordinator.WithActor); a long-poll's context is
+// cancelled when its token is revoked.
+func authenticate(auth *coordinator.Authenticator, pw *problemWriter) func(http.Handler) http.Handler {
+	return func(next http.Handler) http.Handler {
+		if auth == nil {
+			return next
+		}
+		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			if publicPaths[r.URL.Path] {
+				next.ServeHTTP(w, r)
+				return
+			}
+			header := r.Header.Get("Authorization")
+			token, ok := bearerToken(header)
+			if !ok {
+				w.Header().Set("WWW-Authenticate", `Bearer realm="coordinator"`)
+				detail := "this coordinator needs a token: send Authorization: Bearer <token>"
+				if header != "" {
+					detail = "the Authorization header is not Bearer <token>"
+				}
+				pw.write(w, r, unauthenticatedError(detail))
+				return
+			}
+			p, err := auth.Authenticate(token)
+			if err != nil {
+				w.Header().Set("WWW-Authenticate", `Bearer realm="coordinator", error="invalid_token"`)
+				pw.write(w, r, err)
+				return
+			}
+			ctx := context.WithValue(r.Context(), principalKey{}, p)
+			ctx = coordinator.WithActor(ctx, p.Name())
+			if longPoll(r) > 0 {
+				var cancel context.CancelCauseFunc
+				ctx, cancel = context.WithCancelCause(ctx)
+				stop := context.AfterFunc(p.Context(), func() { cancel(errTokenRevoked) })
+				defer func() {
+					stop()
+					cancel(nil)
+				}()
+			}
+			next.ServeHTTP(w, r.WithContext(ctx))
+		})
+	}
+}
+
+// authorize refuses, with 403 forbidden, a request that its token does not allow by
+// routeAccess. It runs once the route is known; without authentication it allows all.
+func authorize(r *http.Request) error {
+	p := principalOf(r.Context())
+	if p == nil {
+		return nil
+	}
+	method := r.Method
+	if method == http.MethodHead {
+		method = http.MethodGet
+	}
+	route := method + " " + chi.RouteContext(r.Context()).RoutePattern()
+	need, known := routeAccess[route]
+	if !known {
+		return forbidden("no token may call %s", route)
+	}
+	job, participant := chi.URLParam(r, "job"), chi.URLParam(r, "participant")
+	switch need {
+	case accessPublic, accessAnyToken, accessReach:
+		return nil
+	case accessRead:
+		if p.Reads(job) {
+			return nil
+		}
+		return forbidden("reading job %s needs a token with any scope on it (read, participant, trigger, operator) or admin", job)
+	case accessOpen:
+		if p.Can(coordinator.ScopeTrigger, job) || p.Can(coordinator.ScopeOperator, job) {
+			return nil
+		}
+		return forbidden("opening a checkpoint of job %s needs the trigger or operator scope on it", job)
+	case accessOperate:
+		if p.Can(coordinator.ScopeOperator, job) {
+			return nil
+		}
+		return forbidden("this request needs the operator scope on job %s", job)
+	case accessAsParticipant:
+		if p.ActsAs(job, participant) {
+			return nil
+		}
+		return forbidden("acting as participant %s of job %s needs a participant token of that participant of that job", participant, job)
+	case accessAbort:
+		if p.Can(coordinator.ScopeOperator, job) {
+			return nil
+		}
+		if _, ok := p.Participant(job); ok {
+			return nil // the service checks the checkpoint expects it
+		}
+		return forbidden("aborting a checkpoint of job %s needs the operator scope on it, or a participant token of a participant it expects", job)
+	case accessAdmin:
+		if p.Admin() {
+			return nil
+		}
+		return forbidden("this request needs the admin scope")
+	}
+	return forbidden("no token may call %s", route)
+}
+
+func forbidden(format string, args ...any) *coordinator.Error {
+	return &coordinator.Error{Code: coordinator.CodeForbidden, Message: fmt.Sprintf(format, args...)}
+}

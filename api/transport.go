@@ -1,0 +1,235 @@
+package api
+
+import (
+	"fmt"
+	"net"
+	"net/http"
+	"net/url"
+	"strings"
+	"sync/atomic"
+
+	"github.com/twophase/coordinator/coordinator"
+)
+
+// The transport's guards: which Host a request may name, which web pages may send it,
+// and how many requests may wait on purpose at once. The limits of the connection itself
+// (how long the headers may take to arrive, how large they may be) are http.Server's.
+
+// codeMisdirectedRequest answers a request whose Host names no host the coordinator
+// serves (RFC 9110 15.5.20).
+const codeMisdirectedRequest = "misdirected_request"
+
+// AnyHost, as an entry of Options.AllowedHosts, allows every Host: for a coordinator
+// behind a proxy that checks it.
+const AnyHost = "*"
+
+// guards refuses, before anything else looks at a request (after its request id and its
+// access log line): a request from a web page of an origin that is not allowed (403
+// forbidden), and a request whose Host is not allowed (421 misdirected_request). A
+// browser cannot be made to send either for a page of another site, nor can a page of
+// another site read the coordinator through a name of its own that resolves to the
+// coordinator's address (DNS rebinding). Clients that are not browsers send no Origin nor
+// Sec-Fetch-Site and are not affected. Neither refusal changes anything.
+func guards(opts Options, pw *problemWriter) func(http.Handler) http.Handler {
+	hosts := map[string]bool{}
+	anyHost := false
+	for _, h := range opts.AllowedHosts {
+		if h == AnyHost {
+			anyHost = true
+			continue
+		}
+		hosts[hostName(h)] = true
+	}
+	origins := map[string]bool{}
+	for _, o := range opts.AllowedOrigins {
+		if o := normalizeOrigin(o); o != "null" {
+			origins[o] = true
+		}
+	}
+	return func(next http.Handler) http.Handler {
+		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			if err := checkBrowser(r, origins); err != nil {
+				pw.write(w, r, err)
+				return
+			}
+			if !anyHost && !probe(r) {
+				if host := hostName(r.Host); !hosts[host] && !loopbackName(host) {
+					pw.write(w, r, &requestError{code: codeMisdirectedRequest, detail: fmt.Sprintf(
+						"this coordinator does not serve the host %s: it serves its loopback names and "+
+							"the hosts it is configured with (--allowed-hosts)", quoteClipped(r.Host))})
+					return
+				}
+			}
+			next.ServeHTTP(w, r)
+		})
+	}
+}
+
+// probe reports whether r is a health probe, which the Host check lets through:
+// Kubernetes' probes name the pod's IP address as Host.
+func probe(r *http.Request) bool {
+	return (r.Method == http.MethodGet || r.Method == http.MethodHead) &&
+		(r.URL.Path == "/healthz" || r.URL.Path == "/readyz")
+}
+
+// checkBrowser refuses a request that a web browser sends on behalf of a page the
+// coordinator does not trust: one with an Origin that is not in origins ("null", the
+// origin of sandboxed pages and local files, never is), and one with Sec-Fetch-Site:
+// cross-site without an allowed Origin.
+func checkBrowser(r *http.Request, origins map[string]bool) error {
+	values := r.Header.Values("Origin")
+	for _, origin := range values {
+		if !origins[normalizeOrigin(origin)] {
+			return &requestError{code: string(coordinator.CodeForbidden), detail: fmt.Sprintf(
+				"requests from web pages are refused unless their origin is allowed (--allowed-origins), "+
+					"and the Origin %s is not; the request changed nothing", quoteClipped(origin))}
+		}
+	}
+	if len(values) == 0 && strings.EqualFold(strings.TrimSpace(r.Header.Get("Sec-Fetch-Site")), "cross-site") {
+		return &requestError{code: string(coordinator.CodeForbidden), detail: "requests from web pages of " +
+			"other sites are refused (Sec-Fetch-Site: cross-site, and no allowed Origin); the request changed nothing"}
+	}
+	return nil
+}
+
+// hostName is the host of a Host header or of an entry of Options.AllowedHosts, as they
+// are compared: without the port or the brackets of an IPv6 address, in lower case,
+// without a trailing dot.
+func hostName(hostport string) string {
+	host := strings.TrimSpace(hostport)
+	if h, _, err := net.SplitHostPort(host); err == nil {
+		host = h
+	} else if strings.HasPrefix(host, "[") && strings.HasSuffix(host, "]") {
+		host = host[1 : len(host)-1]
+	}
+	return strings.TrimSuffix(strings.ToLower(host), ".")
+}
+
+// loopbackName reports whether host (a hostName) names the loopback interface:
+// localhost, 127.0.0.0/8 or ::1. A page of another site cannot have a browser send them.
+func loopbackName(host string) bool {
+	if host == "localhost" {
+		return true
+	}
+	ip := net.ParseIP(host)
+	return ip != nil && ip.IsLoopback()
+}
+
+// normalizeOrigin is an origin as browsers send it (RFC 6454 6.1): the scheme and host in
+// lower case, without the default port of the scheme. Anything else is kept as it is, to
+// match nothing that is not written the same.
+func normalizeOrigin(origin string) string {
+	origin = strings.TrimSpace(origin)
+	u, err := url.Parse(origin)
+	if err != nil || u.Scheme == "" || u.Host == "" || u.Opaque != "" || u.User != nil ||
+		(u.Path != "" && u.Path != "/") || u.RawQuery != "" || u.Fragment != "" {
+		return origin
+	}
+	scheme, host := strings.ToLower(u.Scheme), strings.ToLower(u.Host)
+	if (scheme == "http" && u.Port() == "80") || (scheme == "https" && u.Port() == "443") {
+		host = strings.TrimSuffix(host, ":"+u.Port())
+	}
+	return scheme + "://" + host
+}
+
+// CheckOrigin says what is wrong with origin as an entry of Options.AllowedOrigins, nil
+// if nothing: it must be an origin as browsers send it, scheme://host[:port] with the
+// scheme http or https, and no path. "null" and "*" are refused: any page can send
+// the first, and the second would let every page in.
+func CheckOrigin(origin string) error {
+	switch origin {
+	case "null":
+		return fmt.Errorf("null is never allowed: it is the Origin of sandboxed pages and local files, which any page can make")
+	case "*":
+		return fmt.Errorf("* is not allowed: list the origins of the pages that may call the coordinator")
+	}
+	u, err := url.Parse(origin)
+	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Hostname() == "" || u.Opaque != "" ||
+		u.User != nil || (u.Path != "" && u.Path != "/") || u.RawQuery != "" || u.ForceQuery || u.Fragment != "" {
+		return fmt.Errorf("%q is not an origin: want scheme://host[:port], like https://dashboard.example.com", origin)
+	}
+	return nil
+}
+
+// CheckHost says what is wrong with host as an entry of Options.AllowedHosts, nil if
+// nothing: a host name or an IP address, without port, or AnyHost.
+func CheckHost(host string) error {
+	if host == AnyHost {
+		return nil
+	}
+	bad := func(why string) error {
+		return fmt.Errorf("%q is not a host name: %s (like coordinator.example.com, 10.0.0.7 or ::1; * allows every host)", host, why)
+	}
+	if strings.Contains(host, "://") || strings.Contains(host, "/") {
+		return bad("give the name alone, without scheme or path")
+	}
+	if _, port, err := net.SplitHostPort(host); err == nil && port != "" {
+		return bad("give it without the port, which is not compared")
+	}
+	name := hostName(host)
+	if net.ParseIP(name) != nil {
+		return nil
+	}
+	if name == "" || len(name) > 253 {
+		return bad("it is empty or too long")
+	}
+	for _, label := range strings.Split(name, ".") {
+		if label == "" || len(label) > 63 {
+			return bad("it has an empty or too long label")
+		}
+		for _, c := range label {
+			if !('a' <= c && c <= 'z' || '0' <= c && c <= '9' || c == '-' || c == '_') {
+				return bad(fmt.Sprintf("it has %q, and wildcards other than a lone * are not supported", c))
+			}
+		}
+	}
+	return nil
+}
+
+// quoteClipped quotes a value the client sent, clipped, for a problem's detail.
+func quoteClipped(s string) string {
+	const max = 100
+	if len(s) > max {
+		return fmt.Sprintf("%q...", s[:max])
+	}
+	return fmt.Sprintf("%q", s)
+}
+
+// mayWait reports whether r is a request that may be held open on purpose, waiting for
+// something to happen: a long-poll (wait_ms), and in time an event stream. Those held at
+// once are bounded by Options.MaxWaiters.
+func mayWait(r *http.Request) bool {
+	return longPoll(r) > 0
+}
+
+// waiterLimit answers 503 unavailable, with Retry-After, to a request that may wait
+// (mayWait) while max such requests are held already; max 0 means no bound. It runs after
+// the input check, so that a request refused anyway is refused for what it is.
+func waiterLimit(max int, pw *problemWriter) MiddlewareFunc {
+	var held atomic.Int64
+	return func(next http.Handler) http.Handler {
+		if max <= 0 {
+			return next
+		}
+		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			if !mayWait(r) {
+				next.ServeHTTP(w, r)
+				return
+			}
+			for {
+				n := held.Load()
+				if n >= int64(max) {
+					pw.write(w, r, &requestError{code: codeUnavailable, detail: fmt.Sprintf(
+						"too many long-polls are held at once (%d, this coordinator's bound); retry shortly, "+
+							"or ask without wait_ms; nothing was changed", max)})
+					return
+				}
+				if held.CompareAndSwap(n, n+1) {
+					break
+				}
+			}
+			defer held.Add(-1)
+			next.ServeHTTP(w, r)
+		})
+	}
+}

@@ -1,0 +1,3 @@
+ALTER TABLE checkpoints DROP COLUMN decided_by;
+DROP TABLE token_version;
+DROP TABLE tokens;

@@ -1,0 +1,135 @@
+package sqlite
+
+import (
+	"context"
+	"database/sql"
+	"encoding/json"
+	"errors"
+	"fmt"
+
+	"github.com/twophase/coordinator/coordinator"
+)
+
+var _ coordinator.TokenStore = (*Store)(nil)
+
+// sqliteConstraint is SQLite's primary result code of a constraint violation (the name or
+// digest of a token taken).
+const sqliteConstraint = 19
+
+// CreateToken implements coordinator.TokenStore.
+func (s *Store) CreateToken(ctx context.Context, t *coordinator.Token) (*coordinator.Token, error) {
+	if err := s.checkOpen(); err != nil {
+		return nil, err
+	}
+	scopes, err := json.Marshal(t.Scopes)
+	if err != nil {
+		return nil, err
+	}
+	out := *t
+	out.CreatedAt = now()
+	err = s.writeTx(ctx, func(tx *sql.Tx) error {
+		if _, err := tx.ExecContext(ctx, createTokenSQL, t.Name, t.Digest, string(scopes), string(t.Job),
+			nullable(t.Participant), out.CreatedAt.UnixMicro(), micros(t.ExpiresAt)); err != nil {
+			return err
+		}
+		_, err := tx.ExecContext(ctx, bumpTokensVersionSQL)
+		return err
+	})
+	if primaryCode(err) == sqliteConstraint {
+		return nil, &coordinator.Error{Code: coordinator.CodeTokenExists, Message: fmt.Sprintf("a token named %s exists already", t.Name)}
+	}
+	if err != nil {
+		return nil, translate(fmt.Errorf("create token %s: %w", t.Name, err))
+	}
+	if out.ExpiresAt != nil {
+		e := fromMicros(out.ExpiresAt.UnixMicro())
+		out.ExpiresAt = &e
+	}
+	return &out, nil
+}
+
+// GetToken implements coordinator.TokenStore.
+func (s *Store) GetToken(ctx context.Context, name string) (*coordinator.Token, error) {
+	if err := s.checkOpen(); err != nil {
+		return nil, err
+	}
+	t, err := scanToken(s.reader.QueryRowContext(ctx, getTokenSQL, name))
+	return t, translate(err)
+}
+
+// ListTokens implements coordinator.TokenStore.
+func (s *Store) ListTokens(ctx context.Context, after string, limit int) ([]*coordinator.Token, error) {
+	if err := s.checkOpen(); err != nil {
+		return nil, err
+	}
+	if limit <= 0 {
+		limit = -1
+	}
+	rows, err := s.reader.QueryContext(ctx, listTokensSQL, after, limit)
+	if err != nil {
+		return nil, translate(err)
+	}
+	defer rows.Close()
+	var tokens []*coordinator.Token
+	for rows.Next() {
+		t, err := scanToken(rows)
+		if err != nil {
+			return nil, translate(err)
+		}
+		tokens = append(tokens, t)
+	}
+	return tokens, translate(rows.Err())
+}
+
+// DeleteToken implements coordinator.TokenStore.
+func (s *Store) DeleteToken(ctx context.Context, name string) error {
+	if err := s.checkOpen(); err != nil {
+		return err
+	}
+	err := s.writeTx(ctx, func(tx *sql.Tx) error {
+		res, err := tx.ExecContext(ctx, deleteTokenSQL, name)
+		if err != nil {
+			return err
+		}
+		if n, err := res.RowsAffected(); err != nil {
+			return err
+		} else if n == 0 {
+			return coordinator.ErrNotFound
+		}
+		_, err = tx.ExecContext(ctx, bumpTokensVersionSQL)
+		return err
+	})
+	if errors.Is(err, coordinator.ErrNotFound) {
+		return coordinator.ErrNotFound
+	}
+	return translate(err)
+}
+
+// TokensVersion implements coordinator.TokenStore.
+func (s *Store) TokensVersion(ctx context.Context) (int64, error) {
+	if err := s.checkOpen(); err != nil {
+		return 0, err
+	}
+	var v int64
+	err := s.reader.QueryRowContext(ctx, tokensVersionSQL).Scan(&v)
+	return v, translate(err)
+}
+
+func scanToken(row scanner) (*coordinator.Token, error) {
+	var (
+		t           coordinator.Token
+		scopes, job string
+		participant sql.NullString
+		created     int64
+		expires     sql.NullInt64
+	)
+	if err := row.Scan(&t.Name, &t.Digest, &scopes, &job, &participant, &created, &expires); err != nil {
+		return nil, err
+	}
+	if err := json.Unmarshal([]byte(scopes), &t.Scopes); err != nil {
+		return nil, fmt.Errorf("token %s: scopes: %w", t.Name, err)
+	}
+	t.Job, t.Participant = coordinator.JobPattern(job), participant.String
+	t.CreatedAt, t.ExpiresAt = fromMicros(created), optionalTime(expires)
+	return &t, nil
+}

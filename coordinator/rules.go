@@ -51,7 +51,10 @@ type JobState struct {
 	Mutation  Mutation
 	// By is the name of the token whose request the rules serve, recorded as decided_by on
 	// what they decide; empty without authentication. Deadlines decide by nobody.
-	By       string
+	By string
+	// MaxCheckpointBytes bounds the committables of one checkpoint, all participants'
+	// together; 0 means no bound.
+	MaxCheckpointBytes int64
 	jobOwned bool
 }
 
@@ -216,6 +219,18 @@ func (r *JobState) Vote(cp *Checkpoint, participant string, v Vote) error {
 	}
 	if cp.Status != StatusPreparing {
 		return decidedRejection(cp)
+	}
+	if v.Kind == VotePrepared && r.MaxCheckpointBytes > 0 {
+		total := int64(len(committables))
+		for _, q := range cp.Participants {
+			total += int64(len(q.Committables))
+		}
+		if total > r.MaxCheckpointBytes {
+			// Not the checkpoint: it is what is too large to send.
+			return reject(CodePayloadTooLarge, nil, "with this vote the committables of checkpoint %d would total %d bytes, "+
+				"more than the %d a checkpoint may hold: commit references to the data (a transaction id, a file name), not the data",
+				cp.ID, total, r.MaxCheckpointBytes)
+		}
 	}
 	now := r.Now
 	p.Epoch = v.Epoch

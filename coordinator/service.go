@@ -17,14 +17,35 @@ type Service struct {
 	// closing is closed by EndWaits: long-polls answer at once from then on.
 	closing   chan struct{}
 	closeOnce sync.Once
+	// maxCheckpointBytes is JobState.MaxCheckpointBytes.
+	maxCheckpointBytes int64
 }
 
 // NewService returns a Service on store. A nil logger discards.
-func NewService(store Store, logger *slog.Logger) *Service {
+func NewService(store Store, logger *slog.Logger, opts ...ServiceOption) *Service {
 	if logger == nil {
 		logger = slog.New(slog.DiscardHandler)
 	}
-	return &Service{store: store, logger: logger, closing: make(chan struct{})}
+	s := &Service{store: store, logger: logger, closing: make(chan struct{}), maxCheckpointBytes: DefaultMaxCheckpointBytes}
+	for _, o := range opts {
+		o(s)
+	}
+	return s
+}
+
+// ServiceOption changes a setting of NewService.
+type ServiceOption func(*Service)
+
+// DefaultMaxCheckpointBytes bounds a checkpoint's committables unless
+// WithMaxCheckpointBytes says otherwise: enough for thousands of file names or
+// transaction ids, far from what a coordinator's memory can hold many times over.
+const DefaultMaxCheckpointBytes = 16 << 20
+
+// WithMaxCheckpointBytes bounds the committables of one checkpoint, all participants'
+// together: the prepared vote that would pass it gets payload_too_large and is not
+// recorded. 0 means no bound.
+func WithMaxCheckpointBytes(n int64) ServiceOption {
+	return func(s *Service) { s.maxCheckpointBytes = n }
 }
 
 // EndWaits answers every long-poll waiting now, and every one that comes later, at once
@@ -426,7 +447,7 @@ func (s *Service) update(ctx context.Context, job string, checkpoint int64, deci
 		if err != nil {
 			return err
 		}
-		st := &JobState{Now: tx.Now(), Job: tx.Job(), Preparing: preparing, By: actorOf(ctx)}
+		st := &JobState{Now: tx.Now(), Job: tx.Job(), Preparing: preparing, By: actorOf(ctx), MaxCheckpointBytes: s.maxCheckpointBytes}
 		st.Expire()
 		decideErr := decide(st, tx)
 		if decideErr != nil && !IsRejection(decideErr) {

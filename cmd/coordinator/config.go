@@ -11,30 +11,32 @@ import (
 	"strings"
 	"time"
 
+	"github.com/twophase/coordinator/coordinator"
 	"github.com/twophase/coordinator/internal/cli"
 )
 
 // config is every setting of the coordinator. Only this package knows it: the other
 // packages get what they need through their own Options.
 type config struct {
-	listen          string
-	databaseURL     string
-	databaseWait    time.Duration
-	dataDir         string
-	migrate         bool
-	dbMaxConns      int
-	dbWriters       int
-	maxBodyBytes    int64
-	requestTimeout  time.Duration
-	shutdownTimeout time.Duration
-	sweepInterval   time.Duration
-	debugListen     string
-	tlsCertFile     string // with tlsKeyFile: serve HTTPS only
-	tlsKeyFile      string
-	tlsClientCAFile string // with it, every client must present a certificate signed by one of its CAs
-	logFormat       string
-	logLevel        slog.Level
-	yes             bool // migrate down: the operator confirmed that every table goes
+	listen             string
+	databaseURL        string
+	databaseWait       time.Duration
+	dataDir            string
+	migrate            bool
+	dbMaxConns         int
+	dbWriters          int
+	maxBodyBytes       int64
+	maxCheckpointBytes int64
+	requestTimeout     time.Duration
+	shutdownTimeout    time.Duration
+	sweepInterval      time.Duration
+	debugListen        string
+	tlsCertFile        string // with tlsKeyFile: serve HTTPS only
+	tlsKeyFile         string
+	tlsClientCAFile    string // with it, every client must present a certificate signed by one of its CAs
+	logFormat          string
+	logLevel           slog.Level
+	yes                bool // migrate down: the operator confirmed that every table goes
 
 	token tokenFlags // the token command's own flags (token.go)
 
@@ -113,6 +115,10 @@ func define(command string, cfg *config) *cli.Settings {
 		fs.Int64Var(&cfg.maxBodyBytes, "max-body-bytes", 1<<20,
 			"largest request body in `bytes`; larger ones get 413 payload_too_large")
 		s.Twin("max-body-bytes", "COORDINATOR_MAX_BODY_BYTES")
+		fs.Int64Var(&cfg.maxCheckpointBytes, "max-checkpoint-bytes", coordinator.DefaultMaxCheckpointBytes,
+			"most `bytes` of committables one checkpoint may hold, all participants' together; the prepared vote that would pass it "+
+				"gets 413 payload_too_large and is not recorded (0: no bound)")
+		s.Twin("max-checkpoint-bytes", "COORDINATOR_MAX_CHECKPOINT_BYTES")
 		fs.DurationVar(&cfg.requestTimeout, "request-timeout", 30*time.Second,
 			"longest a request's work may take (`duration`), a long-poll's wait_ms coming on top; past it the answer is 503 unavailable")
 		s.Twin("request-timeout", "COORDINATOR_REQUEST_TIMEOUT")
@@ -229,6 +235,9 @@ func (cfg *config) validate(command string) error {
 	}
 	if cfg.dbWriters < 0 || cfg.dbWriters > maxDBWriters {
 		bad("--db-writers must be from 0 (the store's default) to %d, not %d", maxDBWriters, cfg.dbWriters)
+	}
+	if cfg.maxCheckpointBytes < 0 {
+		bad("--max-checkpoint-bytes must not be negative (0: no bound), not %d", cfg.maxCheckpointBytes)
 	}
 	if cfg.maxBodyBytes < 1 {
 		bad("--max-body-bytes must be at least 1, not %d", cfg.maxBodyBytes)

@@ -33,15 +33,16 @@ func TestDefaults(t *testing.T) {
 		t.Fatal(err)
 	}
 	want := config{
-		listen:          "127.0.0.1:8080",
-		dataDir:         "./coordinator-data",
-		migrate:         true,
-		maxBodyBytes:    1 << 20,
-		requestTimeout:  30 * time.Second,
-		shutdownTimeout: 15 * time.Second,
-		sweepInterval:   200 * time.Millisecond,
-		logFormat:       "text",
-		logLevel:        slog.LevelInfo,
+		listen:             "127.0.0.1:8080",
+		dataDir:            "./coordinator-data",
+		migrate:            true,
+		maxBodyBytes:       1 << 20,
+		maxCheckpointBytes: 16 << 20,
+		requestTimeout:     30 * time.Second,
+		shutdownTimeout:    15 * time.Second,
+		sweepInterval:      200 * time.Millisecond,
+		logFormat:          "text",
+		logLevel:           slog.LevelInfo,
 
 		readHeaderTimeout: 10 * time.Second,
 		maxHeaderBytes:    64 << 10,

@@ -44,7 +44,7 @@ func serve(ctx context.Context, cfg config, logger *slog.Logger) error {
 		store.Close()
 		logger.Info("store closed")
 	}()
-	svc := coordinator.NewService(store, logger)
+	svc := coordinator.NewService(store, logger, coordinator.WithMaxCheckpointBytes(cfg.maxCheckpointBytes))
 
 	// Rule 6 of docs/protocol.md: after an outage, expired checkpoints are aborted before
 	// new work is served.

@@ -55,7 +55,7 @@ type JobState struct {
 	// MaxCheckpointBytes bounds the committables of one checkpoint, all participants'
 	// together; 0 means no bound.
 	MaxCheckpointBytes int64
-	jobOwned bool
+	jobOwned           bool
 }
 
 // ownJob makes Job the state's own copy, to change.

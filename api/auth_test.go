@@ -8,10 +8,13 @@ import (
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
+	"os"
 	"slices"
 	"strings"
 	"testing"
 	"time"
+
+	"go.yaml.in/yaml/v3"
 
 	"github.com/twophase/coordinator/coordinator"
 	"github.com/twophase/coordinator/store/pgtest"
@@ -618,5 +621,53 @@ func testDecidedByNamesTheToken(t *testing.T) {
 	}
 	if _, st := decided(id); st != coordinator.StatusPreparing {
 		t.Fatalf("a refused abort left the checkpoint %s", st)
+	}
+}
+
+// TestRouteAccessMatchesSpec checks routeAccess against openapi.yaml: every operation is in
+// the table and says in x-scopes which scopes allow it, the same words for the same access.
+func TestRouteAccessMatchesSpec(t *testing.T) {
+	t.Parallel()
+	var spec struct {
+		Paths map[string]map[string]yaml.Node `yaml:"paths"`
+	}
+	text, err := os.ReadFile("../openapi.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := yaml.Unmarshal(text, &spec); err != nil {
+		t.Fatal(err)
+	}
+	words := map[access]string{}
+	operations := 0
+	for path, item := range spec.Paths {
+		for method, op := range item {
+			if method == "parameters" {
+				continue
+			}
+			operations++
+			var fields struct {
+				Scopes string `yaml:"x-scopes"`
+			}
+			if err := op.Decode(&fields); err != nil {
+				t.Fatal(err)
+			}
+			route := strings.ToUpper(method) + " " + path
+			need, ok := routeAccess[route]
+			if !ok {
+				t.Errorf("%s is not in routeAccess: every token would be refused", route)
+				continue
+			}
+			if fields.Scopes == "" {
+				t.Errorf("%s: no x-scopes in openapi.yaml", route)
+			}
+			if w, seen := words[need]; seen && w != fields.Scopes && need != accessReach {
+				t.Errorf("%s: x-scopes %q, but another route of the same access says %q", route, fields.Scopes, w)
+			}
+			words[need] = fields.Scopes
+		}
+	}
+	if operations != len(routeAccess) {
+		t.Errorf("openapi.yaml has %d operations, routeAccess %d routes", operations, len(routeAccess))
 	}
 }

@@ -148,7 +148,7 @@ func ProblemTypesMarkdown() []byte {
 		"Every error the coordinator answers is an RFC 9457 `application/problem+json` document\n" +
 		"with a stable `code`. Its `type` is `/problems/{code}`, a relative reference: resolved\n" +
 		"against the URL of the request, it is the page about the code that the coordinator which\n" +
-		"answered serves (HTML, no authentication), with the text below. `GET /problems` lists them.\n\n" +
+		"answered serves (HTML; with authentication on, any token reads it), with the text below. `GET /problems` lists them.\n\n" +
 		"| code | status | title |\n| --- | --- | --- |\n")
 	for _, k := range problemTable {
 		fmt.Fprintf(&b, "| [`%s`](#%s) | %d | %s |\n", k.code, k.code, k.status, k.title)

@@ -120,8 +120,18 @@ func TestComposeFile(t *testing.T) {
 	for _, env := range define("serve", &cfg).Envs {
 		twins[env] = true
 	}
-	var environ []string
+	// The image's own environment first (COORDINATOR_LISTEN=:8080): the file's comes on top.
+	environ := dockerfileEnv(t)
 	for name, value := range co.Environment {
+		if name == adminTokenEnv {
+			// No token in the file: compose refuses to start without one, and says how
+			// to make one.
+			if !regexp.MustCompile(`^\$\{` + adminTokenEnv + `:\?[^}]*openssl rand[^}]*\}$`).MatchString(value) {
+				t.Errorf("%s %q: want ${%s:?...} with a hint to make one with openssl rand, no literal token", name, value, name)
+			}
+			environ = append(environ, name+"="+strings.Repeat("t", 64))
+			continue
+		}
 		if !twins[name] {
 			t.Errorf("coordinator environment %s is no environment twin of a serve flag", name)
 		}
@@ -130,6 +140,9 @@ func TestComposeFile(t *testing.T) {
 	cfg, err := parseServe(t, nil, environ)
 	if err != nil {
 		t.Fatalf("coordinator environment %q: %v", environ, err)
+	}
+	if !cfg.authOn() {
+		t.Errorf("the coordinator of the compose file runs without authentication: want %s", adminTokenEnv)
 	}
 	if cfg.databaseWait != 30*time.Second {
 		t.Errorf("database wait %s, want COORDINATOR_DATABASE_WAIT=30s", cfg.databaseWait)
@@ -269,4 +282,35 @@ func dockerfileHealthcheck(t *testing.T) []string {
 	}
 	t.Fatal("Dockerfile: no HEALTHCHECK")
 	return nil
+}
+
+// dockerfileEnv is the environment the Dockerfile's ENV instructions set, NAME=value.
+func dockerfileEnv(t *testing.T) []string {
+	t.Helper()
+	b, err := os.ReadFile(dockerfile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var env []string
+	in := false
+	for _, line := range strings.Split(string(b), "\n") {
+		line = strings.TrimSpace(line)
+		if rest, ok := strings.CutPrefix(line, "ENV "); ok {
+			line, in = rest, true
+		}
+		if !in {
+			continue
+		}
+		cont := strings.HasSuffix(line, "\\")
+		for _, kv := range strings.Fields(strings.TrimSuffix(line, "\\")) {
+			if strings.Contains(kv, "=") {
+				env = append(env, kv)
+			}
+		}
+		in = cont
+	}
+	if len(env) == 0 {
+		t.Fatalf("%s sets no ENV", dockerfile)
+	}
+	return env
 }

@@ -21,6 +21,9 @@ func parseServe(t *testing.T, args, environ []string) (config, error) {
 		t.Fatalf("unexpected arguments left: %q", rest)
 	}
 	if err == nil {
+		err = cfg.loadAdminToken(environ)
+	}
+	if err == nil {
 		err = cfg.validate("serve")
 	}
 	return cfg, err

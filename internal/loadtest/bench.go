@@ -32,6 +32,7 @@ import (
 // benchConfig is every setting of "coordinator bench".
 type benchConfig struct {
 	url               string
+	token             string // sent as a bearer token with every request
 	jobs              int
 	participants      int
 	committablesBytes int
@@ -73,6 +74,9 @@ func defineBench(cfg *benchConfig) *cli.Settings {
 
 	fs.StringVar(&cfg.url, "url", "http://127.0.0.1:8080", "base `URL` of the running coordinator to drive")
 	flagOnly("url")
+	fs.StringVar(&cfg.token, "token", "", "`token` sent with every request (Authorization: Bearer), for a coordinator with authentication on: "+
+		"one that may create jobs, open checkpoints and act as every participant, e.g. the admin token")
+	flagOnly("token")
 	fs.IntVar(&cfg.jobs, "jobs", 16, "`number` of jobs driven concurrently, each running its rounds one after the other")
 	flagOnly("jobs")
 	fs.IntVar(&cfg.jobs, "concurrency", 16, "the same as --jobs (`number`)")
@@ -317,6 +321,7 @@ func Bench(ctx context.Context, args, environ []string, stdout, stderr io.Writer
 func runBench(ctx context.Context, cfg benchConfig, progress io.Writer) (*benchReport, error) {
 	started := time.Now()
 	client := newBenchClient(cfg.url)
+	client.authorization = bearer(cfg.token)
 	defer client.close()
 
 	var rss *rssSampler

@@ -31,6 +31,8 @@ type benchClient struct {
 	addr   string // host:port to dial
 	host   string // the Host header
 	prefix string // the base URL's path, before every request's
+	// authorization is the Authorization header's value, "" for none.
+	authorization string
 	tls    *tls.Config
 	dialer net.Dialer
 
@@ -192,6 +194,11 @@ func (c *benchClient) exchange(ctx context.Context, method, path string, body []
 	w.WriteString(" HTTP/1.1\r\nHost: ")
 	w.WriteString(c.host)
 	w.WriteString("\r\nUser-Agent: coordinator-bench\r\n")
+	if c.authorization != "" {
+		w.WriteString("Authorization: ")
+		w.WriteString(c.authorization)
+		w.WriteString("\r\n")
+	}
 	if body != nil {
 		w.WriteString("Content-Type: application/json\r\n")
 	}
@@ -241,4 +248,12 @@ func transportError(method, path string, err error) *requestError {
 		kind = "eof"
 	}
 	return &requestError{code: "transport:" + kind, detail: fmt.Sprintf("%s %s: %v", method, path, err)}
+}
+
+// bearer is the Authorization header of token, "" without one.
+func bearer(token string) string {
+	if token == "" {
+		return ""
+	}
+	return "Bearer " + token
 }

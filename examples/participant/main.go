@@ -59,7 +59,9 @@ func main() {
 }
 
 func run(ctx context.Context, url string, log *slog.Logger) error {
-	coord, err := coordinatorclient.NewCoordinator(url, coordinatorclient.Options{Logger: log})
+	// With authentication on, the token of this participant (or one that may do what it does):
+	// the example's PutJob and Trigger need the operator scope, the Runner its participant's.
+	coord, err := coordinatorclient.NewCoordinator(url, coordinatorclient.Options{Logger: log, Token: os.Getenv("COORDINATOR_TOKEN")})
 	if err != nil {
 		return err
 	}

@@ -14,15 +14,15 @@ import (
 // oneToken is a TokenStore that holds one token, for the fuzz target.
 type oneToken struct{ t *coordinator.Token }
 
-func (o oneToken) CreateToken(context.Context, *coordinator.Token) (*coordinator.Token, error) {
+func (o oneToken) CreateToken(context.Context, *coordinator.Token, *coordinator.AuditEntry) (*coordinator.Token, error) {
 	return nil, coordinator.ErrTokenExists
 }
 func (o oneToken) GetToken(context.Context, string) (*coordinator.Token, error) { return o.t, nil }
 func (o oneToken) ListTokens(context.Context, string, int) ([]*coordinator.Token, error) {
 	return []*coordinator.Token{o.t}, nil
 }
-func (o oneToken) DeleteToken(context.Context, string) error    { return nil }
-func (o oneToken) TokensVersion(context.Context) (int64, error) { return 1, nil }
+func (o oneToken) DeleteToken(context.Context, string, *coordinator.AuditEntry) error { return nil }
+func (o oneToken) TokensVersion(context.Context) (int64, error)                       { return 1, nil }
 
 // FuzzAuthorizationHeader sends any Authorization header: only "Bearer <the token>" (the
 // scheme in any case) gets past authentication, every other gets 401 unauthenticated with

@@ -515,7 +515,7 @@ func testRevokedTokenEndsItsLongPoll(t *testing.T) {
 	start := time.Now()
 	go func() { done <- b.send(t, secret, "GET", "/v1/jobs/orders/checkpoints/1?wait_ms=20000", "") }()
 	time.Sleep(200 * time.Millisecond) // the long-poll is waiting
-	if err := b.tokens.DeleteToken(ctx, "watcher"); err != nil {
+	if err := b.tokens.DeleteToken(ctx, "watcher", nil); err != nil {
 		t.Fatal(err)
 	}
 	if err := b.auth.Refresh(ctx); err != nil {

@@ -30,8 +30,11 @@ func (emptyStore) Update(context.Context, string, int64, func(coordinator.JobTx)
 func (emptyStore) View(context.Context, string, func(coordinator.JobTx) error) error {
 	return coordinator.ErrNotFound
 }
-func (emptyStore) PutJob(_ context.Context, name string, cfg coordinator.JobConfig) (*coordinator.Job, bool, error) {
+func (emptyStore) PutJob(_ context.Context, name string, cfg coordinator.JobConfig, _ *coordinator.AuditEntry) (*coordinator.Job, bool, error) {
 	return &coordinator.Job{Name: name, Config: cfg, Epochs: map[string]int64{}}, true, nil
+}
+func (emptyStore) ListAudit(context.Context, coordinator.AuditQuery) ([]*coordinator.AuditEntry, error) {
+	return nil, nil
 }
 func (emptyStore) GetJob(context.Context, string) (*coordinator.Job, error) {
 	return nil, coordinator.ErrNotFound

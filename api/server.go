@@ -232,7 +232,7 @@ func (s *server) PutVote(ctx context.Context, req PutVoteRequestObject) (PutVote
 }
 
 func (s *server) CommitCheckpoint(ctx context.Context, req CommitCheckpointRequestObject) (CommitCheckpointResponseObject, error) {
-	cp, err := s.svc.Commit(ctx, req.Job, req.Id)
+	cp, err := s.svc.Commit(ctx, req.Job, req.Id, "")
 	if err != nil {
 		return nil, err
 	}

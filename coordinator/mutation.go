@@ -29,6 +29,8 @@ type Mutation struct {
 	// JobDeleted says the job was deleted with all its checkpoints; its Seq and epochs live
 	// on, so that neither is reused if the job is created again.
 	JobDeleted bool
+	// Audit are the entries of the actions the request took, written with the rest.
+	Audit []AuditEntry
 }
 
 // EpochChange is a participant's new epoch.
@@ -46,7 +48,7 @@ type ParticipantChange struct {
 // Empty reports whether m changes nothing.
 func (m *Mutation) Empty() bool {
 	return m.Opened == nil && len(m.Epochs) == 0 && len(m.Votes) == 0 && len(m.Acks) == 0 &&
-		len(m.Statuses) == 0 && !m.JobDeleted
+		len(m.Statuses) == 0 && !m.JobDeleted && len(m.Audit) == 0
 }
 
 // Apply replays m on a copy of a job's state: job's row (its Seq and Epochs) and the job's
@@ -98,7 +100,8 @@ func participantIn(cps map[int64]*Checkpoint, id int64, name string) *Participan
 
 // setDecision copies from's status and the fields that record its decision.
 func (c *Checkpoint) setDecision(from *Checkpoint) {
-	c.Status, c.DecidedAt, c.CompletedAt, c.AbortReason, c.DecidedBy = from.Status, from.DecidedAt, from.CompletedAt, from.AbortReason, from.DecidedBy
+	c.Status, c.DecidedAt, c.CompletedAt, c.AbortReason, c.DecidedBy, c.DecisionCause =
+		from.Status, from.DecidedAt, from.CompletedAt, from.AbortReason, from.DecidedBy, from.DecisionCause
 }
 
 // CloneJob returns a copy of a job whose Epochs and Seq can change without changing j, for

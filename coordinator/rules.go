@@ -107,7 +107,7 @@ func (r *JobState) Expire() {
 		if expired == nil {
 			return
 		}
-		r.abort(expired, expiryReason(expired), "")
+		r.abort(expired, expiryReason(expired), CauseDeadline, "")
 	}
 }
 
@@ -129,33 +129,36 @@ func expiryReason(cp *Checkpoint) string {
 	return "deadline passed; no vote in time from: " + strings.Join(late, ", ")
 }
 
-// abort decides abort for cp, on the request of by (empty: by nobody, as at a deadline),
-// and cascades to every higher preparing checkpoint.
-func (r *JobState) abort(cp *Checkpoint, reason, by string) {
-	r.decideAbort(cp, reason, by)
+// abort decides abort for cp for cause, on the request of by (empty: by nobody, as at a
+// deadline), and cascades to every higher preparing checkpoint (cause lower_aborted, by the
+// same).
+func (r *JobState) abort(cp *Checkpoint, reason string, cause Cause, by string) {
+	r.decideAbort(cp, reason, cause, by)
 	for _, higher := range append([]*Checkpoint(nil), r.Preparing...) {
 		if higher.ID > cp.ID {
-			r.decideAbort(higher, fmt.Sprintf("lower checkpoint %d aborted", cp.ID), by)
+			r.decideAbort(higher, fmt.Sprintf("lower checkpoint %d aborted", cp.ID), CauseLowerAborted, by)
 		}
 	}
 }
 
-func (r *JobState) decideAbort(cp *Checkpoint, reason, by string) {
+func (r *JobState) decideAbort(cp *Checkpoint, reason string, cause Cause, by string) {
 	now := r.Now
 	cp.Status = StatusAborted
 	cp.DecidedAt = &now
 	cp.CompletedAt = &now
 	cp.AbortReason = reason
 	cp.DecidedBy = by
+	cp.DecisionCause = cause
 	r.drop(cp)
 	r.statusChanged(cp)
 }
 
-func (r *JobState) decideCommit(cp *Checkpoint) {
+func (r *JobState) decideCommit(cp *Checkpoint, cause Cause) {
 	now := r.Now
 	cp.Status = StatusCommitting
 	cp.DecidedAt = &now
 	cp.DecidedBy = r.By
+	cp.DecisionCause = cause
 	r.drop(cp)
 	r.statusChanged(cp)
 }
@@ -168,7 +171,7 @@ func (r *JobState) Advance() {
 		if !lowest.AutoCommit || len(missingVotes(lowest)) > 0 {
 			return
 		}
-		r.decideCommit(lowest)
+		r.decideCommit(lowest, CauseAllPrepared)
 	}
 }
 
@@ -247,7 +250,7 @@ func (r *JobState) Vote(cp *Checkpoint, participant string, v Vote) error {
 		if v.Reason != "" {
 			reason += ": " + v.Reason
 		}
-		r.abort(cp, reason, r.By)
+		r.abort(cp, reason, CauseAbortVote, r.By)
 		return nil
 	}
 	r.Advance()
@@ -279,7 +282,7 @@ func (r *JobState) Commit(cp *Checkpoint) error {
 			return reject(CodeLowerCheckpointOpen, cp, "checkpoint %d is still preparing; checkpoints commit in order", lower.ID)
 		}
 	}
-	r.decideCommit(cp)
+	r.decideCommit(cp, CauseCommitRequest)
 	r.Advance()
 	return nil
 }
@@ -295,7 +298,7 @@ func (r *JobState) Abort(cp *Checkpoint, reason string) error {
 	if reason == "" {
 		reason = "aborted on request"
 	}
-	r.abort(cp, reason, r.By)
+	r.abort(cp, reason, CauseAbortRequest, r.By)
 	return nil
 }
 
@@ -315,15 +318,48 @@ func (r *JobState) Ack(cp *Checkpoint, participant string, epoch int64) error {
 	if p.AckedAt != nil {
 		return nil
 	}
+	r.ack(cp, p, participant)
+	return nil
+}
+
+// ack records that acker acked p's part of cp, and makes a committing checkpoint
+// committed once every participant acked.
+func (r *JobState) ack(cp *Checkpoint, p *ParticipantState, acker string) {
 	now := r.Now
 	p.AckedAt = &now
+	p.AckedBy = acker
 	r.Mutation.Acks = append(r.Mutation.Acks, ParticipantChange{Checkpoint: cp.ID, Participant: *p})
 	if cp.Status == StatusCommitting && allAcked(cp) {
 		cp.Status = StatusCommitted
 		cp.CompletedAt = &now
 		r.statusChanged(cp)
 	}
-	return nil
+}
+
+// Complete settles, on an operator's request, the acks that participants gone for good will
+// never send: on a committing checkpoint every missing ack, which makes it committed; on an
+// aborted one every unacked prepared vote. Each is recorded as acked by r.By (OperatorAcker
+// without authentication). Afterwards nothing of cp is owed. A preparing checkpoint gets
+// not_decided; one with nothing to settle answers settled 0 and changes nothing.
+func (r *JobState) Complete(cp *Checkpoint) (settled int, err error) {
+	if cp.Status == StatusPreparing {
+		return 0, reject(CodeNotDecided, cp, "checkpoint %d is not decided yet: abort it, or wait for its decision", cp.ID)
+	}
+	acker := r.By
+	if acker == "" {
+		acker = OperatorAcker
+	}
+	for i := range cp.Participants {
+		p := &cp.Participants[i]
+		if p.AckedAt != nil {
+			continue
+		}
+		if cp.Status == StatusCommitting || cp.Status == StatusAborted && p.Vote == VotePrepared {
+			r.ack(cp, p, acker)
+			settled++
+		}
+	}
+	return settled, nil
 }
 
 func allAcked(cp *Checkpoint) bool {
@@ -351,7 +387,7 @@ func (r *JobState) Register(participant string) int64 {
 			continue // aborted by the cascade of a lower one
 		}
 		if p := cp.Participant(participant); p != nil && p.Vote == "" {
-			r.abort(cp, fmt.Sprintf("participant %s registered again (epoch %d) before voting", participant, epoch), r.By)
+			r.abort(cp, fmt.Sprintf("participant %s registered again (epoch %d) before voting", participant, epoch), CauseRegistration, r.By)
 		}
 	}
 	return epoch

@@ -82,7 +82,8 @@ func (s *Service) PutJob(ctx context.Context, name string, cfg JobConfig) (*Job,
 	if err := ValidateJobConfig(cfg); err != nil {
 		return nil, false, err
 	}
-	job, created, err := s.store.PutJob(ctx, name, cfg)
+	audit := auditEntry(ctx, "", name, 0, "")
+	job, created, err := s.store.PutJob(ctx, name, cfg, &audit)
 	if err != nil {
 		return nil, false, fmt.Errorf("put job %s: %w", name, err)
 	}
@@ -186,7 +187,11 @@ func (s *Service) DeleteJob(ctx context.Context, name string) error {
 		if err != nil {
 			return err
 		}
-		return st.DeleteJob(owing)
+		if err := st.DeleteJob(owing); err != nil {
+			return err
+		}
+		st.audit(ctx, AuditJobDeleted, 0, "")
+		return nil
 	})
 	return jobError(name, err)
 }
@@ -373,12 +378,40 @@ func (s *Service) Vote(ctx context.Context, job string, id int64, participant st
 	})
 }
 
-// Commit decides commit for a checkpoint whose votes are all prepared.
-func (s *Service) Commit(ctx context.Context, job string, id int64) (*Checkpoint, error) {
-	if err := validateCheckpoint(job, id); err != nil {
+// Commit decides commit for a checkpoint whose votes are all prepared. reason, if any, goes
+// to the audit.
+func (s *Service) Commit(ctx context.Context, job string, id int64, reason string) (*Checkpoint, error) {
+	if err := ValidateAbort(job, id, reason); err != nil {
 		return nil, err
 	}
-	return s.onCheckpoint(ctx, job, id, func(st *JobState, cp *Checkpoint) error { return st.Commit(cp) })
+	return s.onCheckpoint(ctx, job, id, func(st *JobState, cp *Checkpoint) error {
+		was := cp.Status
+		if err := st.Commit(cp); err != nil {
+			return err
+		}
+		if cp.Status != was {
+			st.audit(ctx, AuditCheckpointCommitted, id, reason)
+		}
+		return nil
+	})
+}
+
+// Complete settles, on an operator's request, what participants gone for good will never
+// ack (JobState.Complete). reason, if any, goes to the audit.
+func (s *Service) Complete(ctx context.Context, job string, id int64, reason string) (*Checkpoint, error) {
+	if err := ValidateAbort(job, id, reason); err != nil {
+		return nil, err
+	}
+	return s.onCheckpoint(ctx, job, id, func(st *JobState, cp *Checkpoint) error {
+		settled, err := st.Complete(cp)
+		if err != nil {
+			return err
+		}
+		if settled > 0 {
+			st.audit(ctx, AuditCheckpointCompleted, id, reason)
+		}
+		return nil
+	})
 }
 
 // Abort decides abort for a checkpoint (and every higher preparing one).
@@ -386,7 +419,49 @@ func (s *Service) Abort(ctx context.Context, job string, id int64, reason string
 	if err := ValidateAbort(job, id, reason); err != nil {
 		return nil, err
 	}
-	return s.onCheckpoint(ctx, job, id, func(st *JobState, cp *Checkpoint) error { return st.Abort(cp, reason) })
+	return s.onCheckpoint(ctx, job, id, func(st *JobState, cp *Checkpoint) error { return st.abortRequested(ctx, cp, reason) })
+}
+
+// abortRequested is Abort on request, audited when it decided.
+func (st *JobState) abortRequested(ctx context.Context, cp *Checkpoint, reason string) error {
+	was := cp.Status
+	if err := st.Abort(cp, reason); err != nil {
+		return err
+	}
+	if cp.Status != was {
+		st.audit(ctx, AuditCheckpointAborted, cp.ID, reason)
+	}
+	return nil
+}
+
+// audit records that the request of ctx took action on the state's job.
+func (st *JobState) audit(ctx context.Context, action AuditAction, checkpoint int64, reason string) {
+	e := auditEntry(ctx, action, st.Job.Name, checkpoint, reason)
+	e.At = st.Now
+	st.Mutation.Audit = append(st.Mutation.Audit, e)
+}
+
+// ListAudit returns a page of the audit, newest first, and whether more follow.
+func (s *Service) ListAudit(ctx context.Context, q AuditQuery) ([]*AuditEntry, bool, error) {
+	var f fieldErrors
+	validatePageSize(&f, q.Limit)
+	if q.Jobs != "" && !ValidJobPattern(q.Jobs) {
+		f.add("job", "%q is not a job pattern: a job's name, a prefix of one ending in *, or *", q.Jobs)
+	}
+	if err := f.err(); err != nil {
+		return nil, false, err
+	}
+	limit := q.Limit
+	q.Limit++
+	entries, err := s.store.ListAudit(ctx, q)
+	if err != nil {
+		return nil, false, fmt.Errorf("list the audit: %w", err)
+	}
+	more := len(entries) > limit
+	if more {
+		entries = entries[:limit]
+	}
+	return entries, more, nil
 }
 
 // AbortAsParticipant is Abort on the request of participant, whose token allows it to
@@ -401,7 +476,7 @@ func (s *Service) AbortAsParticipant(ctx context.Context, job string, id int64, 
 			return &Error{Code: CodeForbidden, Message: fmt.Sprintf(
 				"this token acts as participant %s, which checkpoint %d does not expect: aborting it needs the operator scope", participant, id)}
 		}
-		return st.Abort(cp, reason)
+		return st.abortRequested(ctx, cp, reason)
 	})
 }
 

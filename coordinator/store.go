@@ -28,8 +28,11 @@ type Store interface {
 	// the checkpoint does not.
 	GetCheckpoint(ctx context.Context, job string, id int64) (*Checkpoint, error)
 	// PutJob creates the job or replaces its configuration, atomically. created is true when
-	// the job did not exist (or had been deleted).
-	PutJob(ctx context.Context, name string, cfg JobConfig) (job *Job, created bool, err error)
+	// the job did not exist (or had been deleted). audit, when not nil, is written in the
+	// same transaction, with Action job_created or job_updated and At the database's clock.
+	PutJob(ctx context.Context, name string, cfg JobConfig, audit *AuditEntry) (job *Job, created bool, err error)
+	// ListAudit returns audit entries as q selects them, newest first.
+	ListAudit(ctx context.Context, q AuditQuery) ([]*AuditEntry, error)
 	// GetJob returns the job with LastCheckpoint and LastCommitted filled.
 	GetJob(ctx context.Context, name string) (*Job, error)
 	// ListJobs returns up to limit jobs that pattern matches (empty: every job) with names
@@ -77,7 +80,8 @@ type JobTx interface {
 	// Idempotency returns what an Idempotency-Key opened, ok false if it is unknown.
 	Idempotency(ctx context.Context, key string) (rec IdempotencyRecord, ok bool, err error)
 	// Apply writes what the rules decided (see Mutation): a new checkpoint with its
-	// participants and Idempotency-Key, epochs, votes, acks, statuses, the job deleted. The
+	// participants and Idempotency-Key, epochs, votes, acks, statuses, the job deleted, audit
+	// entries. The
 	// checkpoints whose status changed are announced to subscribers once the transaction
 	// commits. m.Opened.Seq is assigned by the time the update has committed (not
 	// necessarily on return). A store may keep m until then: the caller does not change it.

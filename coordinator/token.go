@@ -115,14 +115,16 @@ func (t *Token) Expired(now time.Time) bool { return t.ExpiresAt != nil && !now.
 // name already taken, an error wrapping ErrUnavailable when the database cannot be reached.
 type TokenStore interface {
 	// CreateToken stores t. Its CreatedAt is set by the store, from the database's clock.
-	CreateToken(ctx context.Context, t *Token) (*Token, error)
+	// audit, when not nil, is written in the same transaction (At: the database's clock).
+	CreateToken(ctx context.Context, t *Token, audit *AuditEntry) (*Token, error)
 	// GetToken returns the token named name.
 	GetToken(ctx context.Context, name string) (*Token, error)
 	// ListTokens returns up to limit tokens (every one when limit is 0) named after after,
 	// by name.
 	ListTokens(ctx context.Context, after string, limit int) ([]*Token, error)
 	// DeleteToken deletes the token named name: from then on, TokensVersion is higher.
-	DeleteToken(ctx context.Context, name string) error
+	// audit, when not nil, is written in the same transaction.
+	DeleteToken(ctx context.Context, name string, audit *AuditEntry) error
 	// TokensVersion is a number that grows with every change of the tokens, so that a
 	// process that keeps them in memory reads them again only when they changed.
 	TokensVersion(ctx context.Context) (int64, error)
@@ -223,7 +225,9 @@ func (m *Tokens) Create(ctx context.Context, t Token) (*Token, string, error) {
 	}
 	secret := NewTokenSecret()
 	t.Digest = TokenDigest(secret)
-	out, err := m.store.CreateToken(ctx, &t)
+	audit := auditEntry(ctx, AuditTokenCreated, "", 0, "")
+	audit.Subject = t.Name
+	out, err := m.store.CreateToken(ctx, &t, &audit)
 	if err != nil {
 		return nil, "", fmt.Errorf("create token %s: %w", t.Name, err)
 	}
@@ -266,7 +270,9 @@ func (m *Tokens) Revoke(ctx context.Context, name string) error {
 	if err := ValidateName("name", name); err != nil {
 		return err
 	}
-	err := m.store.DeleteToken(ctx, name)
+	audit := auditEntry(ctx, AuditTokenRevoked, "", 0, "")
+	audit.Subject = name
+	err := m.store.DeleteToken(ctx, name, &audit)
 	if err == ErrNotFound {
 		return reject(CodeNotFound, nil, "there is no token named %s", name)
 	}

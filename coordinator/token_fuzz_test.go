@@ -17,7 +17,7 @@ func FuzzTokenSecret(f *testing.F) {
 		f.Add(seed)
 	}
 	store := &fakeTokens{}
-	if _, err := store.CreateToken(context.Background(), &Token{Name: "t", Scopes: []Scope{ScopeRead}, Job: "*", Digest: TokenDigest(known)}); err != nil {
+	if _, err := store.CreateToken(context.Background(), &Token{Name: "t", Scopes: []Scope{ScopeRead}, Job: "*", Digest: TokenDigest(known)}, nil); err != nil {
 		f.Fatal(err)
 	}
 	a := NewAuthenticator(store, admin, nil)

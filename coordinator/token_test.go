@@ -126,7 +126,7 @@ type fakeTokens struct {
 	fail    error
 }
 
-func (f *fakeTokens) CreateToken(_ context.Context, t *Token) (*Token, error) {
+func (f *fakeTokens) CreateToken(_ context.Context, t *Token, _ *AuditEntry) (*Token, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if f.tokens == nil {
@@ -137,7 +137,9 @@ func (f *fakeTokens) CreateToken(_ context.Context, t *Token) (*Token, error) {
 	f.version++
 	return &cp, nil
 }
-func (f *fakeTokens) GetToken(_ context.Context, name string) (*Token, error) { return nil, ErrNotFound }
+func (f *fakeTokens) GetToken(_ context.Context, name string) (*Token, error) {
+	return nil, ErrNotFound
+}
 func (f *fakeTokens) ListTokens(_ context.Context, _ string, _ int) ([]*Token, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
@@ -152,7 +154,7 @@ func (f *fakeTokens) ListTokens(_ context.Context, _ string, _ int) ([]*Token, e
 	}
 	return out, nil
 }
-func (f *fakeTokens) DeleteToken(_ context.Context, name string) error {
+func (f *fakeTokens) DeleteToken(_ context.Context, name string, _ *AuditEntry) error {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	delete(f.tokens, name)

@@ -42,6 +42,27 @@ const (
 	VoteAbort    VoteKind = "abort"
 )
 
+// Cause is why a checkpoint was decided (its decision_cause).
+type Cause string
+
+// The causes of a decision.
+const (
+	CauseAllPrepared   Cause = "all_prepared"   // the last prepared vote completed unanimity
+	CauseCommitRequest Cause = "commit_request" // POST .../commit
+	CauseAbortVote     Cause = "abort_vote"     // a participant voted abort
+	CauseAbortRequest  Cause = "abort_request"  // POST .../abort
+	CauseDeadline      Cause = "deadline"       // the deadline passed
+	CauseRegistration  Cause = "registration"   // a participant that had not voted registered again
+	CauseLowerAborted  Cause = "lower_aborted"  // a lower checkpoint of the job was aborted (rule 9)
+)
+
+// Causes lists every cause.
+var Causes = []Cause{CauseAllPrepared, CauseCommitRequest, CauseAbortVote, CauseAbortRequest, CauseDeadline, CauseRegistration, CauseLowerAborted}
+
+// OperatorAcker is acked_by of an ack that an operator settled (POST .../complete) without
+// authentication; with it, the operator's token's name.
+const OperatorAcker = "operator"
+
 // Action is what a participant still owes on a checkpoint.
 type Action string
 
@@ -111,6 +132,9 @@ type ParticipantState struct {
 	Committables json.RawMessage
 	VotedAt      *time.Time
 	AckedAt      *time.Time
+	// AckedBy is who acked: the participant's own name, or the operator (its token's name,
+	// or OperatorAcker) who settled the ack with POST .../complete.
+	AckedBy string
 }
 
 // Checkpoint is one two-phase-commit transaction of a job.
@@ -125,8 +149,10 @@ type Checkpoint struct {
 	AbortReason string
 	// DecidedBy is the name of the token whose request decided the checkpoint; empty when
 	// no token did (no authentication, a deadline, a cascade a deadline caused).
-	DecidedBy  string
-	AutoCommit bool
+	DecidedBy string
+	// DecisionCause is why it was decided; empty while preparing.
+	DecisionCause Cause
+	AutoCommit    bool
 	// Participants are the expected voters, copied from the job when it opened, in the job's
 	// order.
 	Participants []ParticipantState

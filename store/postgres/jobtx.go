@@ -144,6 +144,7 @@ type jsonCheckpoint struct {
 	CompletedAt  *time.Time       `json:"completed_at"`
 	AbortReason  *string          `json:"abort_reason"`
 	DecidedBy    *string          `json:"decided_by"`
+	Cause        *string          `json:"decision_cause"`
 	Participants []participantRow `json:"participants"`
 }
 
@@ -158,6 +159,9 @@ func (j *jsonCheckpoint) checkpoint() *coordinator.Checkpoint {
 	}
 	if j.DecidedBy != nil {
 		cp.DecidedBy = *j.DecidedBy
+	}
+	if j.Cause != nil {
+		cp.DecisionCause = coordinator.Cause(*j.Cause)
 	}
 	for i := range j.Participants {
 		cp.Participants[i] = j.Participants[i].state()
@@ -389,9 +393,10 @@ func scanCheckpoints(rows pgx.Rows, prefix ...any) ([]*coordinator.Checkpoint, e
 		createdAt, deadline    pgtype.Timestamptz
 		decidedAt, completedAt *time.Time
 		reason, decidedBy      *string
+		cause                  *string
 		p                      participantRow
 	)
-	dest := append(prefix, &job, &id, &seq, &status, &autoCommit, &createdAt, &deadline, &decidedAt, &completedAt, &reason, &decidedBy)
+	dest := append(prefix, &job, &id, &seq, &status, &autoCommit, &createdAt, &deadline, &decidedAt, &completedAt, &reason, &decidedBy, &cause)
 	dest = append(dest, p.dest()...)
 	for rows.Next() {
 		if err := rows.Scan(dest...); err != nil {
@@ -417,6 +422,9 @@ func scanCheckpoints(rows pgx.Rows, prefix ...any) ([]*coordinator.Checkpoint, e
 			}
 			if decidedBy != nil {
 				cur.DecidedBy = *decidedBy
+			}
+			if cause != nil {
+				cur.DecisionCause = coordinator.Cause(*cause)
 			}
 			cps = append(cps, cur)
 		}
@@ -557,6 +565,9 @@ func (t *jobTx) Apply(ctx context.Context, m *coordinator.Mutation) error {
 		t.queue.add("delete checkpoints", deleteCheckpointsSQL, t.job.Name)
 		t.queue.add("delete job", markJobDeletedSQL, t.job.Name)
 	}
+	for i := range m.Audit {
+		t.queue.add("record "+string(m.Audit[i].Action), insertAuditSQL, auditArgs(&m.Audit[i])...)
+	}
 	return nil
 }
 
@@ -577,7 +588,8 @@ func (t *jobTx) queueInsert(cp *coordinator.Checkpoint, rec *coordinator.Idempot
 		}
 		return err
 	}, insertCheckpointSQL,
-		t.job.Name, cp.ID, string(cp.Status), cp.AutoCommit, cp.CreatedAt, cp.Deadline, cp.DecidedAt, cp.CompletedAt, nullable(cp.AbortReason), names, nullable(cp.DecidedBy))
+		t.job.Name, cp.ID, string(cp.Status), cp.AutoCommit, cp.CreatedAt, cp.Deadline, cp.DecidedAt, cp.CompletedAt, nullable(cp.AbortReason), names, nullable(cp.DecidedBy),
+		nullable(string(cp.DecisionCause)))
 	if rec != nil {
 		t.queue.add("record idempotency key", recordIdempotencyKeySQL,
 			t.job.Name, rec.Key, rec.Fingerprint, rec.Checkpoint)
@@ -609,7 +621,8 @@ func (t *jobTx) addParticipantWrite(what string, id int64, sql string, args ...a
 func (t *jobTx) queueStatus(cp *coordinator.Checkpoint) {
 	key := t.origin + " " + coordinator.BrokerKey(cp.Job, cp.ID)
 	what := fmt.Sprintf("save status of %d", cp.ID)
-	args := []any{cp.Job, cp.ID, string(cp.Status), cp.DecidedAt, cp.CompletedAt, nullable(cp.AbortReason), nullable(cp.DecidedBy), key}
+	args := []any{cp.Job, cp.ID, string(cp.Status), cp.DecidedAt, cp.CompletedAt, nullable(cp.AbortReason), nullable(cp.DecidedBy),
+		nullable(string(cp.DecisionCause)), key}
 	if w := t.lastWrite; w != nil && w.id == cp.ID && w.queued == len(t.queue.what) && w.queued > 0 {
 		// The vote or ack that caused it was the last statement queued: one statement for
 		// both (they change different tables, so neither needs to see the other).

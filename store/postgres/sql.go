@@ -14,8 +14,8 @@ import (
 // the statements that lock a job keeps.
 
 // checkpointColumns and participantColumns are what scanCheckpoints reads, in that order.
-const checkpointColumns = `c.job, c.id, c.seq, c.status, c.auto_commit, c.created_at, c.deadline, c.decided_at, c.completed_at, c.abort_reason, c.decided_by`
-const participantColumns = `p.participant, p.epoch, p.vote, p.reason, p.committables, p.voted_at, p.acked_at`
+const checkpointColumns = `c.job, c.id, c.seq, c.status, c.auto_commit, c.created_at, c.deadline, c.decided_at, c.completed_at, c.abort_reason, c.decided_by, c.decision_cause`
+const participantColumns = `p.participant, p.epoch, p.vote, p.reason, p.committables, p.voted_at, p.acked_at, p.acked_by`
 
 // jobColumns are a job's columns with its epochs, scanned by scanJob; jobViewColumns add its
 // last checkpoint and last committed one.
@@ -163,8 +163,8 @@ const jobExistsSQL = "SELECT EXISTS (SELECT 1 FROM jobs WHERE name = $1 AND NOT 
 // raiseSeqSQL).
 const insertCheckpointSQL = `
 		WITH c AS (
-			INSERT INTO checkpoints (job, id, status, auto_commit, created_at, deadline, decided_at, completed_at, abort_reason, decided_by)
-			VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $11) RETURNING seq),
+			INSERT INTO checkpoints (job, id, status, auto_commit, created_at, deadline, decided_at, completed_at, abort_reason, decided_by, decision_cause)
+			VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $11, $12) RETURNING seq),
 		p AS (
 			INSERT INTO checkpoint_participants (job, checkpoint_id, position, participant)
 			SELECT $1, $2, n.ord, n.name FROM unnest($10::text[]) WITH ORDINALITY AS n(name, ord)),
@@ -186,7 +186,7 @@ const recordIdempotencyKeySQL = "INSERT INTO idempotency_keys (job, key, fingerp
 const (
 	saveVoteSQL = `UPDATE checkpoint_participants SET epoch = $4, vote = $5, reason = $6, committables = $7, voted_at = $8
 		WHERE job = $1 AND checkpoint_id = $2 AND participant = $3`
-	saveAckSQL = `UPDATE checkpoint_participants SET acked_at = $4 WHERE job = $1 AND checkpoint_id = $2 AND participant = $3`
+	saveAckSQL = `UPDATE checkpoint_participants SET acked_at = $4, acked_by = $5 WHERE job = $1 AND checkpoint_id = $2 AND participant = $3`
 )
 
 func saveVoteArgs(job string, id int64, p *coordinator.ParticipantState) []any {
@@ -199,7 +199,7 @@ func saveVoteArgs(job string, id int64, p *coordinator.ParticipantState) []any {
 }
 
 func saveAckArgs(job string, id int64, p *coordinator.ParticipantState) []any {
-	return []any{job, id, p.Name, p.AckedAt}
+	return []any{job, id, p.Name, p.AckedAt, nullable(p.AckedBy)}
 }
 
 // participantRow is a participant's columns as participantColumns reads them, and as
@@ -212,11 +212,12 @@ type participantRow struct {
 	Committables *string    `json:"committables"`
 	VotedAt      *time.Time `json:"voted_at"`
 	AckedAt      *time.Time `json:"acked_at"`
+	AckedBy      *string    `json:"acked_by"`
 }
 
 // dest is where a row's participantColumns are scanned.
 func (r *participantRow) dest() []any {
-	return []any{&r.Name, &r.Epoch, &r.Vote, &r.Reason, &r.Committables, &r.VotedAt, &r.AckedAt}
+	return []any{&r.Name, &r.Epoch, &r.Vote, &r.Reason, &r.Committables, &r.VotedAt, &r.AckedAt, &r.AckedBy}
 }
 
 // state is the participant's state the row holds.
@@ -237,26 +238,29 @@ func (r *participantRow) state() coordinator.ParticipantState {
 	if r.Committables != nil {
 		p.Committables = []byte(*r.Committables)
 	}
+	if r.AckedBy != nil {
+		p.AckedBy = *r.AckedBy
+	}
 	return p
 }
 
-// saveStatusSQL saves checkpoint $2 of job $1's status and decision ($3-$7) and announces it
-// to other processes with payload $8.
+// saveStatusSQL saves checkpoint $2 of job $1's status and decision ($3-$8) and announces it
+// to other processes with payload $9.
 const saveStatusSQL = `WITH u AS (
-		UPDATE checkpoints SET status = $3, decided_at = $4, completed_at = $5, abort_reason = $6, decided_by = $7
-		WHERE job = $1 AND id = $2) SELECT pg_notify('` + channel + `', $8)`
+		UPDATE checkpoints SET status = $3, decided_at = $4, completed_at = $5, abort_reason = $6, decided_by = $7, decision_cause = $8
+		WHERE job = $1 AND id = $2) SELECT pg_notify('` + channel + `', $9)`
 
 // saveStatusWithSQL is saveStatusSQL in one statement with the participant write that caused
 // it (write, with n parameters, the first two the job and the checkpoint): the status and
-// decision are then parameters n+1 to n+5, the payload n+6. They change different tables,
+// decision are then parameters n+1 to n+6, the payload n+7. They change different tables,
 // so neither needs to see the other.
 func saveStatusWithSQL(write string, n int) string {
 	status := `UPDATE checkpoints SET status = $` + fmt.Sprint(n+1) + `, decided_at = $` + fmt.Sprint(n+2) +
 		`, completed_at = $` + fmt.Sprint(n+3) + `, abort_reason = $` + fmt.Sprint(n+4) + `, decided_by = $` + fmt.Sprint(n+5) +
-		` WHERE job = $1 AND id = $2`
+		`, decision_cause = $` + fmt.Sprint(n+6) + ` WHERE job = $1 AND id = $2`
 	return `
 			WITH w AS (` + write + `), u AS (` + status + `)
-			SELECT pg_notify('` + channel + `', $` + fmt.Sprint(n+6) + `)`
+			SELECT pg_notify('` + channel + `', $` + fmt.Sprint(n+7) + `)`
 }
 
 // PostgreSQL store only
@@ -286,10 +290,12 @@ var lockJobSQL = `UPDATE jobs j SET version = j.version + 1
 			'job', c.job, 'id', c.id, 'seq', c.seq, 'status', c.status, 'auto_commit', c.auto_commit,
 			'created_at', c.created_at, 'deadline', c.deadline, 'decided_at', c.decided_at,
 			'completed_at', c.completed_at, 'abort_reason', c.abort_reason, 'decided_by', c.decided_by,
+			'decision_cause', c.decision_cause,
 			'participants', (
 				SELECT json_agg(json_build_object(
 					'name', p.participant, 'epoch', p.epoch, 'vote', p.vote, 'reason', p.reason,
-					'committables', p.committables, 'voted_at', p.voted_at, 'acked_at', p.acked_at) ORDER BY p.position)
+					'committables', p.committables, 'voted_at', p.voted_at, 'acked_at', p.acked_at,
+					'acked_by', p.acked_by) ORDER BY p.position)
 				FROM checkpoint_participants p WHERE p.job = c.job AND p.checkpoint_id = c.id))
 			ORDER BY c.id), '[]')
 		FROM (` + openCheckpointsSQL + `) c)`
@@ -375,3 +381,21 @@ const deleteTokenSQL = `WITH d AS (DELETE FROM tokens WHERE name = $1 RETURNING 
 // tokensVersionSQL reads the tokens' version: every coordinator asks it a few times a
 // second, to read the tokens again only when they changed.
 const tokensVersionSQL = `SELECT version FROM token_version WHERE id = 1`
+
+// Audit
+
+// auditColumns are an audit entry's columns, in the order scanAudit reads them.
+const auditColumns = `id, at, action, job, checkpoint, token, subject, reason, request_id`
+
+// insertAuditSQL records an action ($1 at, NULL: the database's clock; $2 action, $3 job,
+// $4 checkpoint, $5 token, $6 subject, $7 reason, $8 request id).
+const insertAuditSQL = `INSERT INTO audit (at, action, job, checkpoint, token, subject, reason, request_id)
+	VALUES (coalesce($1, clock_timestamp()), $2, $3, $4, $5, $6, $7, $8)`
+
+// listAuditSQL reads up to $4 audit entries below id $3 (0: from the newest), newest first:
+// those of jobs starting with $1 (and named $5 unless it is empty), and with $2 the token
+// actions too (no job).
+const listAuditSQL = `SELECT ` + auditColumns + ` FROM audit
+	WHERE ($3 = 0 OR id < $3)
+	  AND (job IS NULL AND $2 OR job IS NOT NULL AND starts_with(job, $1) AND ($5 = '' OR job = $5))
+	ORDER BY id DESC LIMIT $4`

@@ -302,7 +302,7 @@ func (s *Store) view(ctx context.Context, conn *pgx.Conn, job string, fn func(tx
 }
 
 // PutJob implements coordinator.Store.
-func (s *Store) PutJob(ctx context.Context, name string, cfg coordinator.JobConfig) (*coordinator.Job, bool, error) {
+func (s *Store) PutJob(ctx context.Context, name string, cfg coordinator.JobConfig, audit *coordinator.AuditEntry) (*coordinator.Job, bool, error) {
 	var job *coordinator.Job
 	var created bool
 	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
@@ -320,6 +320,16 @@ func (s *Store) PutJob(ctx context.Context, name string, cfg coordinator.JobConf
 			return err
 		}
 		created = inserted || (exists && deleted)
+		if audit != nil {
+			a := *audit
+			a.Action = coordinator.AuditJobUpdated
+			if created {
+				a.Action = coordinator.AuditJobCreated
+			}
+			if _, err := tx.Exec(ctx, insertAuditSQL, auditArgs(&a)...); err != nil {
+				return fmt.Errorf("record %s: %w", a.Action, err)
+			}
+		}
 		job, err = getJob(ctx, tx, name)
 		return err
 	})

@@ -15,13 +15,21 @@ import (
 var _ coordinator.TokenStore = (*Store)(nil)
 
 // CreateToken implements coordinator.TokenStore.
-func (s *Store) CreateToken(ctx context.Context, t *coordinator.Token) (*coordinator.Token, error) {
+func (s *Store) CreateToken(ctx context.Context, t *coordinator.Token, audit *coordinator.AuditEntry) (*coordinator.Token, error) {
 	scopes := make([]string, len(t.Scopes))
 	for i, sc := range t.Scopes {
 		scopes[i] = string(sc)
 	}
-	out, err := scanToken(s.pool.QueryRow(ctx, createTokenSQL,
-		t.Name, t.Digest, scopes, string(t.Job), nullable(t.Participant), t.ExpiresAt))
+	var out *coordinator.Token
+	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+		var err error
+		out, err = scanToken(tx.QueryRow(ctx, createTokenSQL, t.Name, t.Digest, scopes, string(t.Job), nullable(t.Participant), t.ExpiresAt))
+		if err != nil || audit == nil {
+			return err
+		}
+		_, err = tx.Exec(ctx, insertAuditSQL, auditArgs(audit)...)
+		return err
+	})
 	var pgErr *pgconn.PgError
 	if errors.As(err, &pgErr) && pgErr.Code == "23505" {
 		return nil, &coordinator.Error{Code: coordinator.CodeTokenExists, Message: fmt.Sprintf("a token named %s exists already", t.Name)}
@@ -64,9 +72,15 @@ func (s *Store) ListTokens(ctx context.Context, after string, limit int) ([]*coo
 }
 
 // DeleteToken implements coordinator.TokenStore.
-func (s *Store) DeleteToken(ctx context.Context, name string) error {
-	var deleted string
-	err := s.pool.QueryRow(ctx, deleteTokenSQL, name).Scan(&deleted)
+func (s *Store) DeleteToken(ctx context.Context, name string, audit *coordinator.AuditEntry) error {
+	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+		var deleted string
+		if err := tx.QueryRow(ctx, deleteTokenSQL, name).Scan(&deleted); err != nil || audit == nil {
+			return err
+		}
+		_, err := tx.Exec(ctx, insertAuditSQL, auditArgs(audit)...)
+		return err
+	})
 	if errors.Is(err, pgx.ErrNoRows) {
 		return coordinator.ErrNotFound
 	}
@@ -101,4 +115,53 @@ func scanToken(row pgx.Row) (*coordinator.Token, error) {
 	t.CreatedAt = t.CreatedAt.UTC()
 	t.ExpiresAt = utc(expires)
 	return &t, nil
+}
+
+// ListAudit implements coordinator.Store.
+func (s *Store) ListAudit(ctx context.Context, q coordinator.AuditQuery) ([]*coordinator.AuditEntry, error) {
+	prefix, exact := patternArgs(q.Jobs)
+	rows, err := s.pool.Query(ctx, listAuditSQL, prefix, q.WithTokens, q.Before, q.Limit, exact)
+	if err != nil {
+		return nil, translate(err)
+	}
+	defer rows.Close()
+	var out []*coordinator.AuditEntry
+	for rows.Next() {
+		var (
+			e                                    coordinator.AuditEntry
+			action                               string
+			job, token, subject, reason, request *string
+			checkpoint                           *int64
+		)
+		if err := rows.Scan(&e.ID, &e.At, &action, &job, &checkpoint, &token, &subject, &reason, &request); err != nil {
+			return nil, translate(err)
+		}
+		e.At, e.Action = e.At.UTC(), coordinator.AuditAction(action)
+		e.Job, e.Token, e.Subject, e.Reason, e.RequestID = deref(job), deref(token), deref(subject), deref(reason), deref(request)
+		if checkpoint != nil {
+			e.Checkpoint = *checkpoint
+		}
+		out = append(out, &e)
+	}
+	return out, translate(rows.Err())
+}
+
+// auditArgs are insertAuditSQL's arguments for e; a zero At is the database's clock.
+func auditArgs(e *coordinator.AuditEntry) []any {
+	var at *time.Time
+	if !e.At.IsZero() {
+		at = &e.At
+	}
+	var checkpoint *int64
+	if e.Checkpoint != 0 {
+		checkpoint = &e.Checkpoint
+	}
+	return []any{at, string(e.Action), nullable(e.Job), checkpoint, nullable(e.Token), nullable(e.Subject), nullable(e.Reason), nullable(e.RequestID)}
+}
+
+func deref(s *string) string {
+	if s == nil {
+		return ""
+	}
+	return *s
 }

@@ -58,15 +58,15 @@ func queryCheckpoints(ctx context.Context, q querier, query string, args ...any)
 		var status string
 		var createdAt, deadline int64
 		var decidedAt, completedAt sql.NullInt64
-		var reason, decidedBy sql.NullString
-		if err := rows.Scan(&cp.Job, &cp.ID, &cp.Seq, &status, &cp.AutoCommit, &createdAt, &deadline, &decidedAt, &completedAt, &reason, &decidedBy); err != nil {
+		var reason, decidedBy, cause sql.NullString
+		if err := rows.Scan(&cp.Job, &cp.ID, &cp.Seq, &status, &cp.AutoCommit, &createdAt, &deadline, &decidedAt, &completedAt, &reason, &decidedBy, &cause); err != nil {
 			rows.Close()
 			return nil, err
 		}
 		cp.Status = coordinator.Status(status)
 		cp.CreatedAt, cp.Deadline = fromMicros(createdAt), fromMicros(deadline)
 		cp.DecidedAt, cp.CompletedAt = optionalTime(decidedAt), optionalTime(completedAt)
-		cp.AbortReason, cp.DecidedBy = reason.String, decidedBy.String
+		cp.AbortReason, cp.DecidedBy, cp.DecisionCause = reason.String, decidedBy.String, coordinator.Cause(cause.String)
 		cps = append(cps, &cp)
 	}
 	if err := rows.Err(); err != nil {
@@ -175,7 +175,14 @@ func (t *jobTx) Apply(ctx context.Context, m *coordinator.Mutation) error {
 		}
 	}
 	if m.JobDeleted {
-		return t.deleteJob(ctx)
+		if err := t.deleteJob(ctx); err != nil {
+			return err
+		}
+	}
+	for i := range m.Audit {
+		if _, err := t.tx.ExecContext(ctx, insertAuditSQL, auditArgs(&m.Audit[i])...); err != nil {
+			return fmt.Errorf("record %s: %w", m.Audit[i].Action, err)
+		}
 	}
 	return nil
 }
@@ -183,7 +190,7 @@ func (t *jobTx) Apply(ctx context.Context, m *coordinator.Mutation) error {
 func (t *jobTx) insertCheckpoint(ctx context.Context, cp *coordinator.Checkpoint, rec *coordinator.IdempotencyRecord) error {
 	err := t.tx.QueryRowContext(ctx, insertCheckpointSQL,
 		t.job.Name, cp.ID, string(cp.Status), cp.AutoCommit, cp.CreatedAt.UnixMicro(), cp.Deadline.UnixMicro(),
-		micros(cp.DecidedAt), micros(cp.CompletedAt), nullable(cp.AbortReason), nullable(cp.DecidedBy),
+		micros(cp.DecidedAt), micros(cp.CompletedAt), nullable(cp.AbortReason), nullable(cp.DecidedBy), nullable(string(cp.DecisionCause)),
 	).Scan(&cp.Seq)
 	if err != nil {
 		return fmt.Errorf("insert checkpoint %d: %w", cp.ID, err)
@@ -234,7 +241,8 @@ func (t *jobTx) saveAck(ctx context.Context, cp int64, p *coordinator.Participan
 // transaction commits (Store.run).
 func (t *jobTx) saveStatus(ctx context.Context, cp *coordinator.Checkpoint) error {
 	_, err := t.tx.ExecContext(ctx, saveStatusSQL,
-		cp.Job, cp.ID, string(cp.Status), micros(cp.DecidedAt), micros(cp.CompletedAt), nullable(cp.AbortReason), nullable(cp.DecidedBy))
+		cp.Job, cp.ID, string(cp.Status), micros(cp.DecidedAt), micros(cp.CompletedAt), nullable(cp.AbortReason), nullable(cp.DecidedBy),
+		nullable(string(cp.DecisionCause)))
 	if err != nil {
 		return fmt.Errorf("save status of %d: %w", cp.ID, err)
 	}

@@ -13,7 +13,7 @@ import (
 // store has are at the end. Times are unix microseconds (micros, fromMicros).
 
 // checkpointColumns select a checkpoint's row (c), in the order queryCheckpoints scans it.
-const checkpointColumns = `c.job, c.id, c.seq, c.status, c.auto_commit, c.created_at, c.deadline, c.decided_at, c.completed_at, c.abort_reason, c.decided_by`
+const checkpointColumns = `c.job, c.id, c.seq, c.status, c.auto_commit, c.created_at, c.deadline, c.decided_at, c.completed_at, c.abort_reason, c.decided_by, c.decision_cause`
 
 // jobColumns select a job's row (j) with its epochs as a JSON object.
 const jobColumns = `j.name, j.participants, j.checkpoint_timeout_ms, j.max_concurrent_checkpoints, j.auto_commit,
@@ -87,7 +87,7 @@ const owingSQL = `
 
 // participantsSQL selects the participants of a set of checkpoints, even across jobs, in position order: ? the checkpoints' seqs (JSON array).
 const participantsSQL = `
-	SELECT p.job, p.checkpoint_id, p.participant, p.epoch, p.vote, p.reason, p.committables, p.voted_at, p.acked_at
+	SELECT p.job, p.checkpoint_id, p.participant, p.epoch, p.vote, p.reason, p.committables, p.voted_at, p.acked_at, p.acked_by
 	FROM json_each(?) AS k
 	JOIN checkpoints c ON c.seq = k.value
 	JOIN checkpoint_participants p ON p.job = c.job AND p.checkpoint_id = c.id
@@ -146,10 +146,10 @@ const expiredJobsSQL = "SELECT DISTINCT job FROM checkpoints WHERE status = 'pre
 
 // Writing checkpoints
 
-// insertCheckpointSQL inserts a checkpoint and returns its seq: ? job, ? id, ? status, ? auto commit, ? created at, ? deadline, ? decided at, ? completed at, ? abort reason, ? decided by.
+// insertCheckpointSQL inserts a checkpoint and returns its seq: ? job, ? id, ? status, ? auto commit, ? created at, ? deadline, ? decided at, ? completed at, ? abort reason, ? decided by, ? decision cause.
 const insertCheckpointSQL = `
-	INSERT INTO checkpoints (job, id, status, auto_commit, created_at, deadline, decided_at, completed_at, abort_reason, decided_by)
-	VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?) RETURNING seq`
+	INSERT INTO checkpoints (job, id, status, auto_commit, created_at, deadline, decided_at, completed_at, abort_reason, decided_by, decision_cause)
+	VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) RETURNING seq`
 
 // insertParticipantsSQL inserts a checkpoint's participants, at positions from 1: ? the job, ? the checkpoint, ? the names (JSON array).
 const insertParticipantsSQL = `
@@ -170,8 +170,8 @@ const saveVoteSQL = `
 	UPDATE checkpoint_participants SET epoch = ?4, vote = ?5, reason = ?6, committables = ?7, voted_at = ?8
 	WHERE job = ?1 AND checkpoint_id = ?2 AND participant = ?3`
 
-// saveAckSQL saves a participant's ack: ?1 job, ?2 checkpoint, ?3 participant, ?4 acked at.
-const saveAckSQL = "UPDATE checkpoint_participants SET acked_at = ?4 WHERE job = ?1 AND checkpoint_id = ?2 AND participant = ?3"
+// saveAckSQL saves a participant's ack: ?1 job, ?2 checkpoint, ?3 participant, ?4 acked at, ?5 acked by.
+const saveAckSQL = "UPDATE checkpoint_participants SET acked_at = ?4, acked_by = ?5 WHERE job = ?1 AND checkpoint_id = ?2 AND participant = ?3"
 
 func saveVoteArgs(job string, id int64, p *coordinator.ParticipantState) []any {
 	var committables any
@@ -182,7 +182,7 @@ func saveVoteArgs(job string, id int64, p *coordinator.ParticipantState) []any {
 }
 
 func saveAckArgs(job string, id int64, p *coordinator.ParticipantState) []any {
-	return []any{job, id, p.Name, micros(p.AckedAt)}
+	return []any{job, id, p.Name, micros(p.AckedAt), nullable(p.AckedBy)}
 }
 
 // participantRow is a participant's columns as participantsSQL reads them after the job and
@@ -190,28 +190,28 @@ func saveAckArgs(job string, id int64, p *coordinator.ParticipantState) []any {
 type participantRow struct {
 	name                    string
 	epoch, votedAt, ackedAt sql.NullInt64
-	vote, reason            sql.NullString
+	vote, reason, ackedBy   sql.NullString
 	committables            sql.NullString
 }
 
 // dest is where a row's participant columns are scanned.
 func (r *participantRow) dest() []any {
-	return []any{&r.name, &r.epoch, &r.vote, &r.reason, &r.committables, &r.votedAt, &r.ackedAt}
+	return []any{&r.name, &r.epoch, &r.vote, &r.reason, &r.committables, &r.votedAt, &r.ackedAt, &r.ackedBy}
 }
 
 // state is the participant's state the row holds.
 func (r *participantRow) state() coordinator.ParticipantState {
 	p := coordinator.ParticipantState{Name: r.name, Epoch: r.epoch.Int64, Vote: coordinator.VoteKind(r.vote.String), Reason: r.reason.String,
-		VotedAt: optionalTime(r.votedAt), AckedAt: optionalTime(r.ackedAt)}
+		VotedAt: optionalTime(r.votedAt), AckedAt: optionalTime(r.ackedAt), AckedBy: r.ackedBy.String}
 	if r.committables.Valid {
 		p.Committables = json.RawMessage(r.committables.String)
 	}
 	return p
 }
 
-// saveStatusSQL saves a checkpoint's decision: ?1 job, ?2 id, ?3 status, ?4 decided at, ?5 completed at, ?6 abort reason, ?7 decided by.
+// saveStatusSQL saves a checkpoint's decision: ?1 job, ?2 id, ?3 status, ?4 decided at, ?5 completed at, ?6 abort reason, ?7 decided by, ?8 decision cause.
 const saveStatusSQL = `
-	UPDATE checkpoints SET status = ?3, decided_at = ?4, completed_at = ?5, abort_reason = ?6, decided_by = ?7
+	UPDATE checkpoints SET status = ?3, decided_at = ?4, completed_at = ?5, abort_reason = ?6, decided_by = ?7, decision_cause = ?8
 	WHERE job = ?1 AND id = ?2`
 
 // Embedded store only
@@ -253,3 +253,14 @@ const deleteTokenSQL = `DELETE FROM tokens WHERE name = ?`
 
 // tokensVersionSQL selects the tokens' version; no parameters.
 const tokensVersionSQL = `SELECT version FROM token_version WHERE id = 1`
+
+// Audit
+
+// insertAuditSQL records an action: ? at, ? action, ? job, ? checkpoint, ? token, ? subject, ? reason, ? request id.
+const insertAuditSQL = `INSERT INTO audit (at, action, job, checkpoint, token, subject, reason, request_id) VALUES (?, ?, ?, ?, ?, ?, ?, ?)`
+
+// listAuditSQL selects audit entries newest first: ?1 a prefix of their jobs, ?2 whether token actions (no job) are in, ?3 the id to list below (0: from the newest), ?4 the limit, ?5 their job (empty: any).
+const listAuditSQL = `SELECT id, at, action, job, checkpoint, token, subject, reason, request_id FROM audit
+	WHERE (?3 = 0 OR id < ?3)
+	  AND (job IS NULL AND ?2 OR job IS NOT NULL AND substr(job, 1, length(?1)) = ?1 AND (?5 = '' OR job = ?5))
+	ORDER BY id DESC LIMIT ?4`

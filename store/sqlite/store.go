@@ -360,7 +360,7 @@ func (s *Store) runOnce(ctx context.Context, job string, fn func(tx coordinator.
 }
 
 // PutJob implements coordinator.Store.
-func (s *Store) PutJob(ctx context.Context, name string, cfg coordinator.JobConfig) (*coordinator.Job, bool, error) {
+func (s *Store) PutJob(ctx context.Context, name string, cfg coordinator.JobConfig, audit *coordinator.AuditEntry) (*coordinator.Job, bool, error) {
 	if err := s.checkOpen(); err != nil {
 		return nil, false, err
 	}
@@ -387,6 +387,16 @@ func (s *Store) PutJob(ctx context.Context, name string, cfg coordinator.JobConf
 			return err
 		}
 		created = !exists || deleted
+		if audit != nil {
+			a := *audit
+			a.Action = coordinator.AuditJobUpdated
+			if created {
+				a.Action = coordinator.AuditJobCreated
+			}
+			if _, err := tx.ExecContext(ctx, insertAuditSQL, auditArgs(&a)...); err != nil {
+				return fmt.Errorf("record %s: %w", a.Action, err)
+			}
+		}
 		job, err = getJob(ctx, tx, name)
 		return err
 	})

@@ -17,7 +17,7 @@ var _ coordinator.TokenStore = (*Store)(nil)
 const sqliteConstraint = 19
 
 // CreateToken implements coordinator.TokenStore.
-func (s *Store) CreateToken(ctx context.Context, t *coordinator.Token) (*coordinator.Token, error) {
+func (s *Store) CreateToken(ctx context.Context, t *coordinator.Token, audit *coordinator.AuditEntry) (*coordinator.Token, error) {
 	if err := s.checkOpen(); err != nil {
 		return nil, err
 	}
@@ -32,7 +32,10 @@ func (s *Store) CreateToken(ctx context.Context, t *coordinator.Token) (*coordin
 			nullable(t.Participant), out.CreatedAt.UnixMicro(), micros(t.ExpiresAt)); err != nil {
 			return err
 		}
-		_, err := tx.ExecContext(ctx, bumpTokensVersionSQL)
+		if _, err := tx.ExecContext(ctx, bumpTokensVersionSQL); err != nil || audit == nil {
+			return err
+		}
+		_, err := tx.ExecContext(ctx, insertAuditSQL, auditArgs(audit)...)
 		return err
 	})
 	if primaryCode(err) == sqliteConstraint {
@@ -82,7 +85,7 @@ func (s *Store) ListTokens(ctx context.Context, after string, limit int) ([]*coo
 }
 
 // DeleteToken implements coordinator.TokenStore.
-func (s *Store) DeleteToken(ctx context.Context, name string) error {
+func (s *Store) DeleteToken(ctx context.Context, name string, audit *coordinator.AuditEntry) error {
 	if err := s.checkOpen(); err != nil {
 		return err
 	}
@@ -96,7 +99,10 @@ func (s *Store) DeleteToken(ctx context.Context, name string) error {
 		} else if n == 0 {
 			return coordinator.ErrNotFound
 		}
-		_, err = tx.ExecContext(ctx, bumpTokensVersionSQL)
+		if _, err = tx.ExecContext(ctx, bumpTokensVersionSQL); err != nil || audit == nil {
+			return err
+		}
+		_, err = tx.ExecContext(ctx, insertAuditSQL, auditArgs(audit)...)
 		return err
 	})
 	if errors.Is(err, coordinator.ErrNotFound) {
@@ -132,4 +138,51 @@ func scanToken(row scanner) (*coordinator.Token, error) {
 	t.Job, t.Participant = coordinator.JobPattern(job), participant.String
 	t.CreatedAt, t.ExpiresAt = fromMicros(created), optionalTime(expires)
 	return &t, nil
+}
+
+// ListAudit implements coordinator.Store.
+func (s *Store) ListAudit(ctx context.Context, q coordinator.AuditQuery) ([]*coordinator.AuditEntry, error) {
+	if err := s.checkOpen(); err != nil {
+		return nil, err
+	}
+	prefix, isPrefix := q.Jobs.Prefix()
+	exact := prefix
+	if isPrefix {
+		exact = ""
+	}
+	rows, err := s.reader.QueryContext(ctx, listAuditSQL, prefix, q.WithTokens, q.Before, q.Limit, exact)
+	if err != nil {
+		return nil, translate(err)
+	}
+	defer rows.Close()
+	var out []*coordinator.AuditEntry
+	for rows.Next() {
+		var (
+			e                                    coordinator.AuditEntry
+			at                                   int64
+			action                               string
+			job, token, subject, reason, request sql.NullString
+			checkpoint                           sql.NullInt64
+		)
+		if err := rows.Scan(&e.ID, &at, &action, &job, &checkpoint, &token, &subject, &reason, &request); err != nil {
+			return nil, translate(err)
+		}
+		e.At, e.Action, e.Checkpoint = fromMicros(at), coordinator.AuditAction(action), checkpoint.Int64
+		e.Job, e.Token, e.Subject, e.Reason, e.RequestID = job.String, token.String, subject.String, reason.String, request.String
+		out = append(out, &e)
+	}
+	return out, translate(rows.Err())
+}
+
+// auditArgs are insertAuditSQL's arguments for e; a zero At is now.
+func auditArgs(e *coordinator.AuditEntry) []any {
+	at := e.At
+	if at.IsZero() {
+		at = now()
+	}
+	var checkpoint any
+	if e.Checkpoint != 0 {
+		checkpoint = e.Checkpoint
+	}
+	return []any{at.UnixMicro(), string(e.Action), nullable(e.Job), checkpoint, nullable(e.Token), nullable(e.Subject), nullable(e.Reason), nullable(e.RequestID)}
 }

@@ -72,11 +72,11 @@ func testCheckpointDecisionRoundTrip(t *testing.T, b *bundle) {
 			}
 		}
 		cp.Status, cp.DecidedAt, cp.CompletedAt, cp.AbortReason = coordinator.StatusAborted, &t2, &t2, "participant alpha voted abort: disk full: é"
-		cp.DecidedBy = "sink-alpha-token"
+		cp.DecidedBy, cp.DecisionCause = "sink-alpha-token", coordinator.CauseAbortVote
 		if err := saveStatus(b.ctx, tx, cp); err != nil {
 			return err
 		}
-		z.AckedAt = &t3
+		z.AckedAt, z.AckedBy = &t3, "zeta"
 		if err := saveAck(b.ctx, tx, cp, z); err != nil {
 			return err
 		}

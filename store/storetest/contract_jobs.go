@@ -23,7 +23,7 @@ func testPutJobCreateThenUpdate(t *testing.T, b *bundle) {
 		MaxConcurrentCheckpoints: 3,
 		AutoCommit:               false,
 	}
-	job, created, err := b.store.PutJob(b.ctx, "orders", first)
+	job, created, err := b.store.PutJob(b.ctx, "orders", first, nil)
 	if err != nil {
 		t.Fatalf("PutJob (create): %v", err)
 	}
@@ -54,7 +54,7 @@ func testPutJobCreateThenUpdate(t *testing.T, b *bundle) {
 		MaxConcurrentCheckpoints: 1,
 		AutoCommit:               true,
 	}
-	job2, created, err := b.store.PutJob(b.ctx, "orders", second)
+	job2, created, err := b.store.PutJob(b.ctx, "orders", second, nil)
 	if err != nil {
 		t.Fatalf("PutJob (update): %v", err)
 	}
@@ -82,7 +82,7 @@ func testPutJobUpdateReturnsSeqAndEpochs(t *testing.T, b *bundle) {
 	b.update("j", func(tx coordinator.JobTx) error { return setEpoch(b.ctx, tx, "a", 4) })
 	b.insert("j", nil)
 	b.insert("j", nil)
-	job, created, err := b.store.PutJob(b.ctx, "j", config("a", "b", "c"))
+	job, created, err := b.store.PutJob(b.ctx, "j", config("a", "b", "c"), nil)
 	if err != nil || created {
 		t.Fatalf("PutJob (update): created %v, err %v; want false, nil", created, err)
 	}
@@ -235,7 +235,7 @@ func testSeqContinues(t *testing.T, b *bundle) {
 	_, err := b.store.GetJob(b.ctx, "j")
 	wantNotFound(t, "GetJob after DeleteJob", err)
 
-	job, created, err := b.store.PutJob(b.ctx, "j", config("a"))
+	job, created, err := b.store.PutJob(b.ctx, "j", config("a"), nil)
 	if err != nil || !created {
 		t.Fatalf("PutJob after DeleteJob: created %v, err %v; want true, nil", created, err)
 	}

@@ -102,7 +102,7 @@ func testTokensRoundTrip(t *testing.T, b *bundle) {
 	want := &coordinator.Token{Name: "sink-a", Scopes: []coordinator.Scope{coordinator.ScopeParticipant, coordinator.ScopeRead},
 		Job: "orders", Participant: "sink-a", ExpiresAt: &expires, Digest: coordinator.TokenDigest(coordinator.NewTokenSecret())}
 	before := time.Now().Add(-time.Minute)
-	created, err := ts.CreateToken(b.ctx, want)
+	created, err := ts.CreateToken(b.ctx, want, nil)
 	if err != nil {
 		t.Fatalf("CreateToken: %v", err)
 	}
@@ -124,7 +124,7 @@ func testTokensRoundTrip(t *testing.T, b *bundle) {
 	// Without expiry or participant.
 	plain := newToken("reader", coordinator.ScopeRead)
 	plain.Job = "*"
-	if _, err := ts.CreateToken(b.ctx, plain); err != nil {
+	if _, err := ts.CreateToken(b.ctx, plain, nil); err != nil {
 		t.Fatal(err)
 	}
 	got, err = ts.GetToken(b.ctx, "reader")
@@ -137,7 +137,7 @@ func testTokensRoundTrip(t *testing.T, b *bundle) {
 func testTokensUnique(t *testing.T, b *bundle) {
 	ts := tokenStore(t, b)
 	first := newToken("t", coordinator.ScopeRead)
-	if _, err := ts.CreateToken(b.ctx, first); err != nil {
+	if _, err := ts.CreateToken(b.ctx, first, nil); err != nil {
 		t.Fatal(err)
 	}
 	v, err := ts.TokensVersion(b.ctx)
@@ -145,12 +145,12 @@ func testTokensUnique(t *testing.T, b *bundle) {
 		t.Fatal(err)
 	}
 	again := newToken("t", coordinator.ScopeAdmin)
-	if _, err := ts.CreateToken(b.ctx, again); !errors.Is(err, coordinator.ErrTokenExists) {
+	if _, err := ts.CreateToken(b.ctx, again, nil); !errors.Is(err, coordinator.ErrTokenExists) {
 		t.Fatalf("CreateToken under a taken name: %v, want token_exists", err)
 	}
 	sameSecret := newToken("other", coordinator.ScopeRead)
 	sameSecret.Digest = first.Digest
-	if _, err := ts.CreateToken(b.ctx, sameSecret); err == nil {
+	if _, err := ts.CreateToken(b.ctx, sameSecret, nil); err == nil {
 		t.Fatal("CreateToken with a digest taken: no error")
 	}
 	got, err := ts.GetToken(b.ctx, "t")
@@ -172,20 +172,20 @@ func testTokensDeleteAndVersion(t *testing.T, b *bundle) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := ts.CreateToken(b.ctx, newToken("t", coordinator.ScopeRead)); err != nil {
+	if _, err := ts.CreateToken(b.ctx, newToken("t", coordinator.ScopeRead), nil); err != nil {
 		t.Fatal(err)
 	}
 	v1, err := ts.TokensVersion(b.ctx)
 	if err != nil || v1 <= v0 {
 		t.Fatalf("TokensVersion after a creation: %d, %v; want more than %d", v1, err, v0)
 	}
-	if err := ts.DeleteToken(b.ctx, "nobody"); err != coordinator.ErrNotFound {
+	if err := ts.DeleteToken(b.ctx, "nobody", nil); err != coordinator.ErrNotFound {
 		t.Fatalf("DeleteToken of a missing token: %v, want ErrNotFound itself", err)
 	}
 	if v, _ := ts.TokensVersion(b.ctx); v != v1 {
 		t.Fatalf("TokensVersion after deleting nothing: %d, want %d", v, v1)
 	}
-	if err := ts.DeleteToken(b.ctx, "t"); err != nil {
+	if err := ts.DeleteToken(b.ctx, "t", nil); err != nil {
 		t.Fatalf("DeleteToken: %v", err)
 	}
 	v2, err := ts.TokensVersion(b.ctx)
@@ -196,7 +196,7 @@ func testTokensDeleteAndVersion(t *testing.T, b *bundle) {
 		t.Fatalf("GetToken after DeleteToken: %v, want ErrNotFound", err)
 	}
 	// The name is free again, with another secret.
-	if _, err := ts.CreateToken(b.ctx, newToken("t", coordinator.ScopeRead)); err != nil {
+	if _, err := ts.CreateToken(b.ctx, newToken("t", coordinator.ScopeRead), nil); err != nil {
 		t.Fatalf("CreateToken under a revoked token's name: %v", err)
 	}
 }
@@ -205,7 +205,7 @@ func testTokensListPages(t *testing.T, b *bundle) {
 	ts := tokenStore(t, b)
 	names := []string{"b", "A", "a", "c-1", "c_2"}
 	for _, n := range names {
-		if _, err := ts.CreateToken(b.ctx, newToken(n, coordinator.ScopeRead)); err != nil {
+		if _, err := ts.CreateToken(b.ctx, newToken(n, coordinator.ScopeRead), nil); err != nil {
 			t.Fatal(err)
 		}
 	}

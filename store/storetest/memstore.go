@@ -39,6 +39,7 @@ type memState struct {
 	cps    map[string]map[int64]*coordinator.Checkpoint
 	idem   map[string]map[string]coordinator.IdempotencyRecord
 	global int64
+	audit  []coordinator.AuditEntry
 }
 
 var _ coordinator.Store = (*memStore)(nil)
@@ -71,6 +72,7 @@ func (s *memState) clone() *memState {
 		cps:    map[string]map[int64]*coordinator.Checkpoint{},
 		idem:   map[string]map[string]coordinator.IdempotencyRecord{},
 		global: s.global,
+		audit:  slices.Clone(s.audit),
 	}
 	for k, j := range s.jobs {
 		c := *j
@@ -176,7 +178,7 @@ func (s *memStore) View(ctx context.Context, job string, fn func(tx coordinator.
 	return fn(&memTx{state: s.state.clone(), name: job, now: time.Now(), readOnly: true})
 }
 
-func (s *memStore) PutJob(ctx context.Context, name string, cfg coordinator.JobConfig) (*coordinator.Job, bool, error) {
+func (s *memStore) PutJob(ctx context.Context, name string, cfg coordinator.JobConfig, audit *coordinator.AuditEntry) (*coordinator.Job, bool, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	now := time.Now()
@@ -187,6 +189,14 @@ func (s *memStore) PutJob(ctx context.Context, name string, cfg coordinator.JobC
 		s.state.jobs[name] = j
 	}
 	j.Config, j.UpdatedAt = cfg, now
+	if audit != nil {
+		a := *audit
+		a.Action = coordinator.AuditJobUpdated
+		if !ok {
+			a.Action = coordinator.AuditJobCreated
+		}
+		s.state.record(a)
+	}
 	// The job as GetJob shows it, last checkpoints included, as the real stores answer
 	// (and PUT /v1/jobs/{job} with them).
 	return s.state.shown(name), !ok, nil
@@ -346,14 +356,43 @@ func (tx *memTx) Apply(ctx context.Context, m *coordinator.Mutation) error {
 		delete(tx.state.cps, tx.name)
 		delete(tx.state.idem, tx.name)
 	}
+	for _, a := range m.Audit {
+		tx.state.record(a)
+	}
 	return nil
+}
+
+// record appends an audit entry, with the next id and, if it has none, the time.
+func (s *memState) record(a coordinator.AuditEntry) {
+	a.ID = int64(len(s.audit)) + 1
+	if a.At.IsZero() {
+		a.At = time.Now().UTC()
+	}
+	s.audit = append(s.audit, a)
+}
+
+func (s *memStore) ListAudit(ctx context.Context, q coordinator.AuditQuery) ([]*coordinator.AuditEntry, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var out []*coordinator.AuditEntry
+	for i := len(s.state.audit) - 1; i >= 0 && len(out) < q.Limit; i-- {
+		a := s.state.audit[i]
+		if q.Before != 0 && a.ID >= q.Before {
+			continue
+		}
+		if a.Job == "" && !q.WithTokens || a.Job != "" && q.Jobs != "" && !q.Jobs.Matches(a.Job) {
+			continue
+		}
+		out = append(out, &a)
+	}
+	return out, nil
 }
 
 // The reference store keeps tokens too, so that the contract holds of it.
 
 var _ coordinator.TokenStore = (*memStore)(nil)
 
-func (s *memStore) CreateToken(ctx context.Context, t *coordinator.Token) (*coordinator.Token, error) {
+func (s *memStore) CreateToken(ctx context.Context, t *coordinator.Token, audit *coordinator.AuditEntry) (*coordinator.Token, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.tokens[t.Name] != nil {
@@ -371,6 +410,9 @@ func (s *memStore) CreateToken(ctx context.Context, t *coordinator.Token) (*coor
 	out.CreatedAt = time.Now().UTC().Truncate(time.Microsecond)
 	s.tokens[t.Name] = &out
 	s.tokensVersion++
+	if audit != nil {
+		s.state.record(*audit)
+	}
 	cp := out
 	return &cp, nil
 }
@@ -399,7 +441,7 @@ func (s *memStore) ListTokens(ctx context.Context, after string, limit int) ([]*
 	return out, nil
 }
 
-func (s *memStore) DeleteToken(ctx context.Context, name string) error {
+func (s *memStore) DeleteToken(ctx context.Context, name string, audit *coordinator.AuditEntry) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.tokens[name] == nil {
@@ -407,6 +449,9 @@ func (s *memStore) DeleteToken(ctx context.Context, name string) error {
 	}
 	delete(s.tokens, name)
 	s.tokensVersion++
+	if audit != nil {
+		s.state.record(*audit)
+	}
 	return nil
 }
 

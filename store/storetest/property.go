@@ -358,7 +358,7 @@ func (r *propertyRun) commit(t *rapid.T) {
 	job := r.drawJob(t)
 	id := r.drawID(t, job)
 	r.both(t, fmt.Sprintf("Commit(%s, %d)", job, id), func(s *side, w *writer) {
-		cp, err := s.svc.Commit(r.ctx, job, id)
+		cp, err := s.svc.Commit(r.ctx, job, id, "")
 		if w.err(err) {
 			w.checkpoint(cp)
 		}

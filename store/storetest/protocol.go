@@ -20,6 +20,9 @@ func runProtocol(t *testing.T, o opener) {
 		fn   func(t *testing.T, b *bundle)
 	}{
 		{"FullRound", testFullRound},
+		{"Decisions/Causes", testDecisionCauses},
+		{"Decisions/AckedByAndComplete", testAckedByAndComplete},
+		{"Decisions/Audit", testAudit},
 		{"Vote/Idempotent", testVoteIdempotent},
 		{"Vote/Conflict", testVoteConflict},
 		{"Fencing/OldEpochFenced", testFencing},
@@ -345,7 +348,7 @@ func testRule9HigherWaits(t *testing.T, b *bundle) {
 	}
 	b.vote("j", 2, "a", prepared(1, `["a2"]`))
 	wantStatus(t, "checkpoint 2 with every vote in while 1 is open", b.vote("j", 2, "b", prepared(1, `["b2"]`)), coordinator.StatusPreparing)
-	_, err := b.svc.Commit(b.ctx, "j", 2)
+	_, err := b.svc.Commit(b.ctx, "j", 2, "")
 	e := wantErr(t, "explicit commit of 2 while 1 is open", err, coordinator.ErrLowerCheckpointOpen)
 	if e == nil || e.Checkpoint == nil || e.Checkpoint.ID != 2 || e.Checkpoint.Status != coordinator.StatusPreparing {
 		t.Fatalf("lower_checkpoint_open carries %+v, want checkpoint 2 preparing", e)
@@ -397,24 +400,24 @@ func testCommitVotesMissing(t *testing.T, b *bundle) {
 	cfg.AutoCommit = false
 	b.job("j", cfg)
 	b.prepare("j")
-	_, err := b.svc.Commit(b.ctx, "j", 1)
+	_, err := b.svc.Commit(b.ctx, "j", 1, "")
 	if e := wantErr(t, "commit without votes", err, coordinator.ErrVotesMissing); e == nil || !slices.Equal(e.Missing, []string{"a", "b", "c"}) {
 		t.Fatalf("votes_missing names %v, want [a b c]", e)
 	}
 	b.vote("j", 1, "b", prepared(1, ""))
-	_, err = b.svc.Commit(b.ctx, "j", 1)
+	_, err = b.svc.Commit(b.ctx, "j", 1, "")
 	if e := wantErr(t, "commit with b's vote only", err, coordinator.ErrVotesMissing); e == nil || !slices.Equal(e.Missing, []string{"a", "c"}) {
 		t.Fatalf("votes_missing names %v, want [a c]", e)
 	}
 	b.vote("j", 1, "a", prepared(1, ""))
 	wantStatus(t, "every vote in, auto_commit false", b.vote("j", 1, "c", prepared(1, "")), coordinator.StatusPreparing)
-	cp, err := b.svc.Commit(b.ctx, "j", 1)
+	cp, err := b.svc.Commit(b.ctx, "j", 1, "")
 	if err != nil {
 		t.Fatalf("Commit: %v", err)
 	}
 	wantStatus(t, "Commit's answer", cp, coordinator.StatusCommitting)
 	wantStatus(t, "after Commit", b.get("j", 1), coordinator.StatusCommitting)
-	if cp, err = b.svc.Commit(b.ctx, "j", 1); err != nil || cp.Status != coordinator.StatusCommitting {
+	if cp, err = b.svc.Commit(b.ctx, "j", 1, ""); err != nil || cp.Status != coordinator.StatusCommitting {
 		t.Fatalf("Commit again: %v; want committing, no error", err)
 	}
 	_, err = b.svc.Abort(b.ctx, "j", 1, "too late")
@@ -444,7 +447,7 @@ func testAbort(t *testing.T, b *bundle) {
 	} else {
 		wantCheckpoint(t, "Abort again", got, again)
 	}
-	_, err = b.svc.Commit(b.ctx, "j", 1)
+	_, err = b.svc.Commit(b.ctx, "j", 1, "")
 	wantErr(t, "commit after abort", err, coordinator.ErrAlreadyDecided)
 	_, err = b.svc.Vote(b.ctx, "j", 1, "b", prepared(1, ""))
 	wantErr(t, "a vote after abort", err, coordinator.ErrAlreadyDecided)

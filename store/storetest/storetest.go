@@ -67,7 +67,7 @@ func config(participants ...string) coordinator.JobConfig {
 
 func (b *bundle) putJob(name string, cfg coordinator.JobConfig) *coordinator.Job {
 	b.t.Helper()
-	job, _, err := b.store.PutJob(b.ctx, name, cfg)
+	job, _, err := b.store.PutJob(b.ctx, name, cfg, nil)
 	if err != nil {
 		b.t.Fatalf("PutJob(%s): %v", name, err)
 	}
@@ -357,6 +357,9 @@ func diffCheckpoint(want, got *coordinator.Checkpoint) []string {
 	if got.AbortReason != want.AbortReason {
 		add("AbortReason %q, want %q", got.AbortReason, want.AbortReason)
 	}
+	if got.DecisionCause != want.DecisionCause {
+		add("DecisionCause %q, want %q", got.DecisionCause, want.DecisionCause)
+	}
 	if got.DecidedBy != want.DecidedBy {
 		add("DecidedBy %q, want %q", got.DecidedBy, want.DecidedBy)
 	}
@@ -390,6 +393,9 @@ func diffCheckpoint(want, got *coordinator.Checkpoint) []string {
 		}
 		if !sameTimePtr(g.VotedAt, w.VotedAt) {
 			add("%s: VotedAt %s, want %s", w.Name, fmtTimePtr(g.VotedAt), fmtTimePtr(w.VotedAt))
+		}
+		if g.AckedBy != w.AckedBy {
+			add("%s: AckedBy %q, want %q", w.Name, g.AckedBy, w.AckedBy)
 		}
 		if !sameTimePtr(g.AckedAt, w.AckedAt) {
 			add("%s: AckedAt %s, want %s", w.Name, fmtTimePtr(g.AckedAt), fmtTimePtr(w.AckedAt))

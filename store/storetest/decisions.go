@@ -1,0 +1,232 @@
+package storetest
+
+import (
+	"errors"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/twophase/coordinator/coordinator"
+)
+
+// Decision records and operator actions, through the service, on the real store: every
+// decision_cause from the request sequence that produces it, decided_by and acked_by with
+// and without a token, complete on each status, and the audit of what was done by request.
+
+func testDecisionCauses(t *testing.T, b *bundle) {
+	b.job("j", withMax(config("a", "b"), 3))
+	want := func(id int64, status coordinator.Status, cause coordinator.Cause, by string) {
+		t.Helper()
+		cp := b.get("j", id)
+		if cp.Status != status || cp.DecisionCause != cause || cp.DecidedBy != by {
+			t.Fatalf("checkpoint %d: %s, cause %q, by %q; want %s, %q, %q", id, cp.Status, cp.DecisionCause, cp.DecidedBy, status, cause, by)
+		}
+	}
+	as := func(token string) *bundle {
+		c := *b
+		c.ctx = coordinator.WithActor(b.ctx, token)
+		return &c
+	}
+	// all_prepared, by the last voter's token.
+	b.prepare("j")
+	as("tok-a").vote("j", 1, "a", prepared(1, ""))
+	want(1, coordinator.StatusPreparing, "", "")
+	as("tok-b").vote("j", 1, "b", prepared(1, ""))
+	want(1, coordinator.StatusCommitting, coordinator.CauseAllPrepared, "tok-b")
+	// abort_vote, and lower_aborted for the higher ones, by the same token.
+	b.prepare("j")
+	b.prepare("j")
+	as("tok-a").vote("j", 2, "a", abortVote(1, "disk full"))
+	want(2, coordinator.StatusAborted, coordinator.CauseAbortVote, "tok-a")
+	want(3, coordinator.StatusAborted, coordinator.CauseLowerAborted, "tok-a")
+	// abort_request, without a token: by nobody.
+	b.prepare("j")
+	if _, err := b.svc.Abort(b.ctx, "j", 4, "maintenance"); err != nil {
+		t.Fatal(err)
+	}
+	want(4, coordinator.StatusAborted, coordinator.CauseAbortRequest, "")
+	// commit_request, with auto_commit off.
+	cfg := withMax(config("a", "b"), 3)
+	cfg.AutoCommit = false
+	if _, _, err := b.svc.PutJob(b.ctx, "j", cfg); err != nil {
+		t.Fatal(err)
+	}
+	b.prepare("j")
+	b.vote("j", 5, "a", prepared(1, ""))
+	b.vote("j", 5, "b", prepared(1, ""))
+	want(5, coordinator.StatusPreparing, "", "")
+	if _, err := as("operator-1").svc.Commit(coordinator.WithActor(b.ctx, "operator-1"), "j", 5, "checked by hand"); err != nil {
+		t.Fatal(err)
+	}
+	want(5, coordinator.StatusCommitting, coordinator.CauseCommitRequest, "operator-1")
+	// registration: a participant that had not voted registers again.
+	b.prepare("j")
+	if _, err := as("tok-b").svc.Register(coordinator.WithActor(b.ctx, "tok-b"), "j", "b"); err != nil {
+		t.Fatal(err)
+	}
+	want(6, coordinator.StatusAborted, coordinator.CauseRegistration, "tok-b")
+	// deadline: by nobody, whoever's request found it expired.
+	cp, _, err := b.svc.Prepare(b.ctx, "j", coordinator.PrepareRequest{Timeout: coordinator.MinCheckpointTimeout})
+	if err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(coordinator.MinCheckpointTimeout + 20*time.Millisecond)
+	_, err = b.svc.Vote(coordinator.WithActor(b.ctx, "tok-a"), "j", cp.ID, "a", prepared(1, ""))
+	if !errors.Is(err, coordinator.ErrAlreadyDecided) {
+		t.Fatalf("a late vote: %v, want already_decided", err)
+	}
+	want(cp.ID, coordinator.StatusAborted, coordinator.CauseDeadline, "")
+}
+
+func testAckedByAndComplete(t *testing.T, b *bundle) {
+	b.job("j", config("a", "b", "c"))
+	b.prepare("j")
+	for _, p := range []string{"a", "b", "c"} {
+		b.vote("j", 1, p, prepared(1, ""))
+	}
+	b.ack("j", 1, "a", 1)
+	// Preparing: not decided.
+	b.prepare("j")
+	if _, err := b.svc.Complete(b.ctx, "j", 2, ""); !errors.Is(err, coordinator.ErrNotDecided) {
+		t.Fatalf("Complete of a preparing checkpoint: %v, want not_decided", err)
+	}
+	if cp := b.get("j", 2); cp.Status != coordinator.StatusPreparing {
+		t.Fatalf("a refused Complete left checkpoint 2 %s", cp.Status)
+	}
+	// Committing: every missing ack, by the operator's token; then committed, nothing owed.
+	ctx := coordinator.WithActor(b.ctx, "ops-alice")
+	cp, err := b.svc.Complete(ctx, "j", 1, "b and c were decommissioned")
+	if err != nil {
+		t.Fatalf("Complete: %v", err)
+	}
+	if cp.Status != coordinator.StatusCommitted || cp.CompletedAt == nil {
+		t.Fatalf("after Complete checkpoint 1 is %s, want committed", cp.Status)
+	}
+	stored := b.get("j", 1)
+	for _, p := range stored.Participants {
+		wantBy := map[string]string{"a": "a", "b": "ops-alice", "c": "ops-alice"}[p.Name]
+		if p.AckedAt == nil || p.AckedBy != wantBy {
+			t.Errorf("participant %s: acked at %v by %q, want by %q", p.Name, p.AckedAt, p.AckedBy, wantBy)
+		}
+	}
+	for _, p := range []string{"a", "b", "c"} {
+		if pending, err := b.svc.Pending(b.ctx, "j", p); err != nil || len(pending.Items) > 1 {
+			t.Fatalf("pending of %s after Complete: %+v, %v; want only checkpoint 2's vote", p, pending, err)
+		}
+	}
+	// Repeating it changes nothing.
+	before := b.get("j", 1)
+	if _, err := b.svc.Complete(ctx, "j", 1, ""); err != nil {
+		t.Fatalf("Complete again: %v", err)
+	}
+	wantCheckpoint(t, "checkpoint 1 after a second Complete", before, b.get("j", 1))
+	// Aborted: every unacked prepared vote, without a token by "operator".
+	b.vote("j", 2, "a", prepared(1, `["a-2"]`))
+	b.vote("j", 2, "b", abortVote(1, "no"))
+	if _, err := b.svc.Complete(b.ctx, "j", 2, ""); err != nil {
+		t.Fatalf("Complete of an aborted checkpoint: %v", err)
+	}
+	for _, p := range b.get("j", 2).Participants {
+		switch p.Name {
+		case "a":
+			if p.AckedAt == nil || p.AckedBy != coordinator.OperatorAcker {
+				t.Errorf("a's prepared vote on aborted 2: acked at %v by %q, want by %q", p.AckedAt, p.AckedBy, coordinator.OperatorAcker)
+			}
+		default:
+			if p.AckedAt != nil {
+				t.Errorf("%s, which did not vote prepared, was acked by Complete", p.Name)
+			}
+		}
+	}
+	if err := b.svc.DeleteJob(b.ctx, "j"); err != nil {
+		t.Fatalf("DeleteJob once nothing is owed: %v", err)
+	}
+}
+
+func testAudit(t *testing.T, b *bundle) {
+	ctx := coordinator.WithRequestID(coordinator.WithActor(b.ctx, "ops-bob"), "req-1")
+	cfg := config("a", "b")
+	cfg.MaxConcurrentCheckpoints = 2
+	if _, _, err := b.svc.PutJob(ctx, "j", cfg); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := b.svc.PutJob(ctx, "j", cfg); err != nil {
+		t.Fatal(err)
+	}
+	b.register("j", "a")
+	b.register("j", "b")
+	// Protocol decisions are not audited: a round that commits by its votes, an abort vote.
+	b.prepare("j")
+	b.vote("j", 1, "a", prepared(1, ""))
+	b.vote("j", 1, "b", prepared(1, ""))
+	b.prepare("j")
+	b.vote("j", 2, "a", abortVote(1, "x"))
+	// Requests are: an abort, a commit, a complete; a repeat that changes nothing is not.
+	b.prepare("j")
+	if _, err := b.svc.Abort(ctx, "j", 3, "bad data"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := b.svc.Abort(ctx, "j", 3, "bad data"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := b.svc.Commit(ctx, "j", 1, "already"); err != nil { // committing already
+		t.Fatal(err)
+	}
+	if _, err := b.svc.Complete(ctx, "j", 1, "gone"); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := b.svc.PutJob(b.ctx, "other", config("x")); err != nil {
+		t.Fatal(err)
+	}
+	got, more, err := b.svc.ListAudit(b.ctx, coordinator.AuditQuery{Jobs: "j", Limit: 100})
+	if err != nil || more {
+		t.Fatalf("ListAudit: %v, more %v", err, more)
+	}
+	var lines []string
+	for _, e := range got {
+		lines = append(lines, fmt.Sprintf("%s %s %d %s %s %s", e.Action, e.Job, e.Checkpoint, e.Token, e.Reason, e.RequestID))
+		if e.At.IsZero() || time.Since(e.At) > time.Minute {
+			t.Errorf("entry %s at %v, want about now", e.Action, e.At)
+		}
+	}
+	want := []string{
+		"checkpoint_completed j 1 ops-bob gone req-1",
+		"checkpoint_aborted j 3 ops-bob bad data req-1",
+		"job_updated j 0 ops-bob  req-1",
+		"job_created j 0 ops-bob  req-1",
+	}
+	if fmt.Sprint(lines) != fmt.Sprint(want) {
+		t.Fatalf("audit of j, newest first:\n%q\nwant\n%q", lines, want)
+	}
+	// Deleting a job is audited too, and paging goes on below the last id.
+	if err := b.svc.DeleteJob(ctx, "other"); err != nil {
+		t.Fatal(err)
+	}
+	all, more, err := b.svc.ListAudit(b.ctx, coordinator.AuditQuery{Limit: 2})
+	if err != nil || !more || len(all) != 2 || all[0].Action != coordinator.AuditJobDeleted || all[0].Job != "other" {
+		t.Fatalf("the first page of the whole audit: %+v, more %v, %v", all, more, err)
+	}
+	rest, _, err := b.svc.ListAudit(b.ctx, coordinator.AuditQuery{Limit: 100, Before: all[1].ID})
+	if err != nil || len(rest) != 4 {
+		t.Fatalf("the rest of the audit: %d entries, %v; want 4", len(rest), err)
+	}
+	// Tokens' actions belong to no job: listed only when asked for.
+	if ts, ok := b.store.(coordinator.TokenStore); ok {
+		tokens := coordinator.NewTokens(ts)
+		if _, _, err := tokens.Create(ctx, coordinator.Token{Name: "r", Scopes: []coordinator.Scope{coordinator.ScopeRead}, Job: "*"}); err != nil {
+			t.Fatal(err)
+		}
+		if err := tokens.Revoke(ctx, "r"); err != nil {
+			t.Fatal(err)
+		}
+		withTokens, _, err := b.svc.ListAudit(b.ctx, coordinator.AuditQuery{Limit: 2, WithTokens: true})
+		if err != nil || len(withTokens) != 2 || withTokens[0].Action != coordinator.AuditTokenRevoked || withTokens[0].Subject != "r" ||
+			withTokens[1].Action != coordinator.AuditTokenCreated || withTokens[0].Token != "ops-bob" {
+			t.Fatalf("token actions: %+v, %v", withTokens, err)
+		}
+		without, _, err := b.svc.ListAudit(b.ctx, coordinator.AuditQuery{Limit: 1})
+		if err != nil || len(without) != 1 || without[0].Action != coordinator.AuditJobDeleted {
+			t.Fatalf("the audit without token actions starts with %+v, %v; want the job deletion", without, err)
+		}
+	}
+}

@@ -17,6 +17,75 @@ import (
 	"github.com/oapi-codegen/runtime"
 )
 
+// Defines values for AuditEntryAction.
+const (
+	AuditCheckpointAborted   AuditEntryAction = "checkpoint_aborted"
+	AuditCheckpointCommitted AuditEntryAction = "checkpoint_committed"
+	AuditCheckpointCompleted AuditEntryAction = "checkpoint_completed"
+	AuditJobCreated          AuditEntryAction = "job_created"
+	AuditJobDeleted          AuditEntryAction = "job_deleted"
+	AuditJobUpdated          AuditEntryAction = "job_updated"
+	AuditTokenCreated        AuditEntryAction = "token_created"
+	AuditTokenRevoked        AuditEntryAction = "token_revoked"
+)
+
+// Valid indicates whether the value is a known member of the AuditEntryAction enum.
+func (e AuditEntryAction) Valid() bool {
+	switch e {
+	case AuditCheckpointAborted:
+		return true
+	case AuditCheckpointCommitted:
+		return true
+	case AuditCheckpointCompleted:
+		return true
+	case AuditJobCreated:
+		return true
+	case AuditJobDeleted:
+		return true
+	case AuditJobUpdated:
+		return true
+	case AuditTokenCreated:
+		return true
+	case AuditTokenRevoked:
+		return true
+	default:
+		return false
+	}
+}
+
+// Defines values for CheckpointDecisionCause.
+const (
+	CauseAbortRequest  CheckpointDecisionCause = "abort_request"
+	CauseAbortVote     CheckpointDecisionCause = "abort_vote"
+	CauseAllPrepared   CheckpointDecisionCause = "all_prepared"
+	CauseCommitRequest CheckpointDecisionCause = "commit_request"
+	CauseDeadline      CheckpointDecisionCause = "deadline"
+	CauseLowerAborted  CheckpointDecisionCause = "lower_aborted"
+	CauseRegistration  CheckpointDecisionCause = "registration"
+)
+
+// Valid indicates whether the value is a known member of the CheckpointDecisionCause enum.
+func (e CheckpointDecisionCause) Valid() bool {
+	switch e {
+	case CauseAbortRequest:
+		return true
+	case CauseAbortVote:
+		return true
+	case CauseAllPrepared:
+		return true
+	case CauseCommitRequest:
+		return true
+	case CauseDeadline:
+		return true
+	case CauseLowerAborted:
+		return true
+	case CauseRegistration:
+		return true
+	default:
+		return false
+	}
+}
+
 // Defines values for CheckpointStatus.
 const (
 	Aborted    CheckpointStatus = "aborted"
@@ -136,6 +205,36 @@ type AckRequest struct {
 	Epoch int64 `json:"epoch"`
 }
 
+// AuditEntry defines model for AuditEntry.
+type AuditEntry struct {
+	Action     AuditEntryAction `json:"action"`
+	At         time.Time        `json:"at"`
+	Checkpoint *int64           `json:"checkpoint"`
+	Id         int64            `json:"id"`
+
+	// Job Null for token actions.
+	Job    *string `json:"job"`
+	Reason *string `json:"reason"`
+
+	// RequestId The request's `X-Request-Id`, to find it in the coordinator's log.
+	RequestId *string `json:"request_id"`
+
+	// Subject For token actions, the token created or revoked.
+	Subject *string `json:"subject,omitempty"`
+
+	// Token The name of the token the request carried; null without authentication.
+	Token *string `json:"token"`
+}
+
+// AuditEntryAction defines model for AuditEntry.Action.
+type AuditEntryAction string
+
+// AuditList defines model for AuditList.
+type AuditList struct {
+	Items      []AuditEntry `json:"items"`
+	NextCursor *string      `json:"next_cursor,omitempty"`
+}
+
 // Checkpoint defines model for Checkpoint.
 type Checkpoint struct {
 	AbortReason *string `json:"abort_reason"`
@@ -153,13 +252,27 @@ type Checkpoint struct {
 	// vote, an `abort` vote, a commit or abort request, a registration); null while
 	// `preparing`, without authentication, and for a deadline (and what it cascaded to).
 	DecidedBy *string `json:"decided_by"`
-	Id        int64   `json:"id"`
+
+	// DecisionCause Why it was decided: the last `prepared` vote completed unanimity
+	// (`all_prepared`), `POST .../commit` (`commit_request`), an `abort` vote
+	// (`abort_vote`), `POST .../abort` (`abort_request`), the deadline (`deadline`), a
+	// participant that had not voted registered again (`registration`), a lower
+	// checkpoint of the job was aborted (`lower_aborted`). Null while `preparing`.
+	DecisionCause *CheckpointDecisionCause `json:"decision_cause"`
+	Id            int64                    `json:"id"`
 
 	// Job Example: sink-a
 	Job          Name                    `json:"job"`
 	Participants []CheckpointParticipant `json:"participants"`
 	Status       CheckpointStatus        `json:"status"`
 }
+
+// CheckpointDecisionCause Why it was decided: the last `prepared` vote completed unanimity
+// (`all_prepared`), `POST .../commit` (`commit_request`), an `abort` vote
+// (`abort_vote`), `POST .../abort` (`abort_request`), the deadline (`deadline`), a
+// participant that had not voted registered again (`registration`), a lower
+// checkpoint of the job was aborted (`lower_aborted`). Null while `preparing`.
+type CheckpointDecisionCause string
 
 // CheckpointList defines model for CheckpointList.
 type CheckpointList struct {
@@ -172,6 +285,11 @@ type CheckpointList struct {
 // CheckpointParticipant defines model for CheckpointParticipant.
 type CheckpointParticipant struct {
 	AckedAt *time.Time `json:"acked_at"`
+
+	// AckedBy Who acked: the participant's own name, or, when an operator settled the ack with
+	// `POST .../complete`, the operator's token's name (`operator` without
+	// authentication). Null until acked.
+	AckedBy *string `json:"acked_by,omitempty"`
 
 	// Committables Opaque JSON values (transaction ids, temp file paths, offsets), stored and returned
 	// exactly as sent: same values, same order.
@@ -195,11 +313,21 @@ type CheckpointParticipant struct {
 // CheckpointStatus defines model for CheckpointStatus.
 type CheckpointStatus string
 
+// CommitRequest defines model for CommitRequest.
+type CommitRequest struct {
+	Reason *string `json:"reason,omitempty"`
+}
+
 // Committables Opaque JSON values (transaction ids, temp file paths, offsets), stored and returned
 // exactly as sent: same values, same order.
 //
 // Example: [{"txn":"orders-41"}]
 type Committables = json.RawMessage
+
+// CompleteRequest defines model for CompleteRequest.
+type CompleteRequest struct {
+	Reason *string `json:"reason,omitempty"`
+}
 
 // Health defines model for Health.
 type Health struct {
@@ -492,10 +620,23 @@ type ParticipantName = Name
 // StatusFilter defines model for StatusFilter.
 type StatusFilter = []CheckpointStatus
 
+// ListAuditParams defines parameters for ListAudit.
+type ListAuditParams struct {
+	Job *JobPattern `form:"job,omitempty" json:"job,omitempty"`
+
+	// Limit Page size, 1 to 1000 (default 100).
+	Limit *Limit `form:"limit,omitempty" json:"limit,omitempty"`
+
+	// Cursor The `next_cursor` of the previous page, as it was returned.
+	Cursor *Cursor `form:"cursor,omitempty" json:"cursor,omitempty"`
+}
+
 // ListOpenCheckpointsParams defines parameters for ListOpenCheckpoints.
 type ListOpenCheckpointsParams struct {
 	// Status Comma-separated statuses to keep, e.g. `preparing,committing`.
-	Status *StatusFilter `form:"status,omitempty" json:"status,omitempty"`
+	Status      *StatusFilter `form:"status,omitempty" json:"status,omitempty"`
+	Job         *JobPattern   `form:"job,omitempty" json:"job,omitempty"`
+	OlderThanMs *int64        `form:"older_than_ms,omitempty" json:"older_than_ms,omitempty"`
 
 	// Limit Page size, 1 to 1000 (default 100).
 	Limit *Limit `form:"limit,omitempty" json:"limit,omitempty"`
@@ -560,6 +701,12 @@ type AbortCheckpointJSONRequestBody = AbortRequest
 // PutAckJSONRequestBody defines body for PutAck for application/json ContentType.
 type PutAckJSONRequestBody = AckRequest
 
+// CommitCheckpointJSONRequestBody defines body for CommitCheckpoint for application/json ContentType.
+type CommitCheckpointJSONRequestBody = CommitRequest
+
+// CompleteCheckpointJSONRequestBody defines body for CompleteCheckpoint for application/json ContentType.
+type CompleteCheckpointJSONRequestBody = CompleteRequest
+
 // PutVoteJSONRequestBody defines body for PutVote for application/json ContentType.
 type PutVoteJSONRequestBody = VoteRequest
 
@@ -580,6 +727,9 @@ type ServerInterface interface {
 	// GetReadyz Readiness.
 	// (GET /readyz)
 	GetReadyz(w http.ResponseWriter, r *http.Request)
+	// ListAudit Actions taken by request, newest first.
+	// (GET /v1/audit)
+	ListAudit(w http.ResponseWriter, r *http.Request, params ListAuditParams)
 	// ListOpenCheckpoints Checkpoints across all jobs, oldest first.
 	// (GET /v1/checkpoints)
 	ListOpenCheckpoints(w http.ResponseWriter, r *http.Request, params ListOpenCheckpointsParams)
@@ -616,6 +766,9 @@ type ServerInterface interface {
 	// CommitCheckpoint Decide commit.
 	// (POST /v1/jobs/{job}/checkpoints/{id}/commit)
 	CommitCheckpoint(w http.ResponseWriter, r *http.Request, job JobName, id CheckpointID)
+	// CompleteCheckpoint Settle the acks a participant gone for good will never send.
+	// (POST /v1/jobs/{job}/checkpoints/{id}/complete)
+	CompleteCheckpoint(w http.ResponseWriter, r *http.Request, job JobName, id CheckpointID)
 	// PutVote Record a participant's vote.
 	// (PUT /v1/jobs/{job}/checkpoints/{id}/votes/{participant})
 	PutVote(w http.ResponseWriter, r *http.Request, job JobName, id CheckpointID, participant ParticipantName)
@@ -664,6 +817,12 @@ func (_ Unimplemented) GetProblemType(w http.ResponseWriter, r *http.Request, co
 // GetReadyz Readiness.
 // (GET /readyz)
 func (_ Unimplemented) GetReadyz(w http.ResponseWriter, r *http.Request) {
+	w.WriteHeader(http.StatusNotImplemented)
+}
+
+// ListAudit Actions taken by request, newest first.
+// (GET /v1/audit)
+func (_ Unimplemented) ListAudit(w http.ResponseWriter, r *http.Request, params ListAuditParams) {
 	w.WriteHeader(http.StatusNotImplemented)
 }
 
@@ -736,6 +895,12 @@ func (_ Unimplemented) PutAck(w http.ResponseWriter, r *http.Request, job JobNam
 // CommitCheckpoint Decide commit.
 // (POST /v1/jobs/{job}/checkpoints/{id}/commit)
 func (_ Unimplemented) CommitCheckpoint(w http.ResponseWriter, r *http.Request, job JobName, id CheckpointID) {
+	w.WriteHeader(http.StatusNotImplemented)
+}
+
+// CompleteCheckpoint Settle the acks a participant gone for good will never send.
+// (POST /v1/jobs/{job}/checkpoints/{id}/complete)
+func (_ Unimplemented) CompleteCheckpoint(w http.ResponseWriter, r *http.Request, job JobName, id CheckpointID) {
 	w.WriteHeader(http.StatusNotImplemented)
 }
 
@@ -858,6 +1023,65 @@ func (siw *ServerInterfaceWrapper) GetReadyz(w http.ResponseWriter, r *http.Requ
 	handler.ServeHTTP(w, r)
 }
 
+// ListAudit operation middleware
+func (siw *ServerInterfaceWrapper) ListAudit(w http.ResponseWriter, r *http.Request) {
+
+	var err error
+	_ = err
+
+	// Parameter object where we will unmarshal all parameters from the context
+	var params ListAuditParams
+
+	// ------------- Optional query parameter "job" -------------
+
+	err = runtime.BindQueryParameterWithOptions("form", true, false, "job", r.URL.Query(), &params.Job, runtime.BindQueryParameterOptions{Type: "string", Format: ""})
+	if err != nil {
+		var requiredError *runtime.RequiredParameterError
+		if errors.As(err, &requiredError) {
+			siw.ErrorHandlerFunc(w, r, &RequiredParamError{ParamName: "job"})
+		} else {
+			siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "job", Err: err})
+		}
+		return
+	}
+
+	// ------------- Optional query parameter "limit" -------------
+
+	err = runtime.BindQueryParameterWithOptions("form", true, false, "limit", r.URL.Query(), &params.Limit, runtime.BindQueryParameterOptions{Type: "integer", Format: ""})
+	if err != nil {
+		var requiredError *runtime.RequiredParameterError
+		if errors.As(err, &requiredError) {
+			siw.ErrorHandlerFunc(w, r, &RequiredParamError{ParamName: "limit"})
+		} else {
+			siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "limit", Err: err})
+		}
+		return
+	}
+
+	// ------------- Optional query parameter "cursor" -------------
+
+	err = runtime.BindQueryParameterWithOptions("form", true, false, "cursor", r.URL.Query(), &params.Cursor, runtime.BindQueryParameterOptions{Type: "string", Format: ""})
+	if err != nil {
+		var requiredError *runtime.RequiredParameterError
+		if errors.As(err, &requiredError) {
+			siw.ErrorHandlerFunc(w, r, &RequiredParamError{ParamName: "cursor"})
+		} else {
+			siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "cursor", Err: err})
+		}
+		return
+	}
+
+	handler := http.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		siw.Handler.ListAudit(w, r, params)
+	}))
+
+	for _, middleware := range siw.HandlerMiddlewares {
+		handler = middleware(handler)
+	}
+
+	handler.ServeHTTP(w, r)
+}
+
 // ListOpenCheckpoints operation middleware
 func (siw *ServerInterfaceWrapper) ListOpenCheckpoints(w http.ResponseWriter, r *http.Request) {
 
@@ -876,6 +1100,32 @@ func (siw *ServerInterfaceWrapper) ListOpenCheckpoints(w http.ResponseWriter, r 
 			siw.ErrorHandlerFunc(w, r, &RequiredParamError{ParamName: "status"})
 		} else {
 			siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "status", Err: err})
+		}
+		return
+	}
+
+	// ------------- Optional query parameter "job" -------------
+
+	err = runtime.BindQueryParameterWithOptions("form", true, false, "job", r.URL.Query(), &params.Job, runtime.BindQueryParameterOptions{Type: "string", Format: ""})
+	if err != nil {
+		var requiredError *runtime.RequiredParameterError
+		if errors.As(err, &requiredError) {
+			siw.ErrorHandlerFunc(w, r, &RequiredParamError{ParamName: "job"})
+		} else {
+			siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "job", Err: err})
+		}
+		return
+	}
+
+	// ------------- Optional query parameter "older_than_ms" -------------
+
+	err = runtime.BindQueryParameterWithOptions("form", true, false, "older_than_ms", r.URL.Query(), &params.OlderThanMs, runtime.BindQueryParameterOptions{Type: "integer", Format: "int64"})
+	if err != nil {
+		var requiredError *runtime.RequiredParameterError
+		if errors.As(err, &requiredError) {
+			siw.ErrorHandlerFunc(w, r, &RequiredParamError{ParamName: "older_than_ms"})
+		} else {
+			siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "older_than_ms", Err: err})
 		}
 		return
 	}
@@ -1338,6 +1588,41 @@ func (siw *ServerInterfaceWrapper) CommitCheckpoint(w http.ResponseWriter, r *ht
 	handler.ServeHTTP(w, r)
 }
 
+// CompleteCheckpoint operation middleware
+func (siw *ServerInterfaceWrapper) CompleteCheckpoint(w http.ResponseWriter, r *http.Request) {
+
+	var err error
+	_ = err
+
+	// ------------- Path parameter "job" -------------
+	var job JobName
+
+	err = runtime.BindStyledParameterWithOptions("simple", "job", chi.URLParam(r, "job"), &job, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationPath, Explode: false, Required: true, Type: "string", Format: "", ValueIsUnescaped: r.URL.RawPath == ""})
+	if err != nil {
+		siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "job", Err: err})
+		return
+	}
+
+	// ------------- Path parameter "id" -------------
+	var id CheckpointID
+
+	err = runtime.BindStyledParameterWithOptions("simple", "id", chi.URLParam(r, "id"), &id, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationPath, Explode: false, Required: true, Type: "integer", Format: "int64", ValueIsUnescaped: r.URL.RawPath == ""})
+	if err != nil {
+		siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "id", Err: err})
+		return
+	}
+
+	handler := http.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		siw.Handler.CompleteCheckpoint(w, r, job, id)
+	}))
+
+	for _, middleware := range siw.HandlerMiddlewares {
+		handler = middleware(handler)
+	}
+
+	handler.ServeHTTP(w, r)
+}
+
 // PutVote operation middleware
 func (siw *ServerInterfaceWrapper) PutVote(w http.ResponseWriter, r *http.Request) {
 
@@ -1720,6 +2005,12 @@ func HandlerWithOptions(si ServerInterface, options ChiServerOptions) http.Handl
 		r.Get(options.BaseURL+"/v1/checkpoints", wrapper.ListOpenCheckpoints)
 	})
 	r.Group(func(r chi.Router) {
+		r.Post(options.BaseURL+"/v1/jobs/{job}/checkpoints/{id}/complete", wrapper.CompleteCheckpoint)
+	})
+	r.Group(func(r chi.Router) {
+		r.Get(options.BaseURL+"/v1/audit", wrapper.ListAudit)
+	})
+	r.Group(func(r chi.Router) {
 		r.Get(options.BaseURL+"/v1/tokens", wrapper.ListTokens)
 	})
 	r.Group(func(r chi.Router) {
@@ -1926,6 +2217,49 @@ type GetReadyzdefaultApplicationProblemPlusJSONResponse struct {
 }
 
 func (response GetReadyzdefaultApplicationProblemPlusJSONResponse) VisitGetReadyzResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	if response.Headers.RetryAfter != nil {
+		w.Header().Set("Retry-After", fmt.Sprint(*response.Headers.RetryAfter))
+	}
+	w.WriteHeader(response.StatusCode)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type ListAuditRequestObject struct {
+	Params ListAuditParams
+}
+
+type ListAuditResponseObject interface {
+	VisitListAuditResponse(w http.ResponseWriter) error
+}
+
+type ListAudit200JSONResponse AuditList
+
+func (response ListAudit200JSONResponse) VisitListAuditResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(200)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type ListAuditdefaultApplicationProblemPlusJSONResponse struct {
+	Body       Problem
+	Headers    ProblemResponseHeaders
+	StatusCode int
+}
+
+func (response ListAuditdefaultApplicationProblemPlusJSONResponse) VisitListAuditResponse(w http.ResponseWriter) error {
 
 	var buf bytes.Buffer
 	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
@@ -2432,8 +2766,9 @@ func (response PutAckdefaultApplicationProblemPlusJSONResponse) VisitPutAckRespo
 }
 
 type CommitCheckpointRequestObject struct {
-	Job JobName      `json:"job"`
-	Id  CheckpointID `json:"id"`
+	Job  JobName      `json:"job"`
+	Id   CheckpointID `json:"id"`
+	Body *CommitCheckpointJSONRequestBody
 }
 
 type CommitCheckpointResponseObject interface {
@@ -2461,6 +2796,51 @@ type CommitCheckpointdefaultApplicationProblemPlusJSONResponse struct {
 }
 
 func (response CommitCheckpointdefaultApplicationProblemPlusJSONResponse) VisitCommitCheckpointResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	if response.Headers.RetryAfter != nil {
+		w.Header().Set("Retry-After", fmt.Sprint(*response.Headers.RetryAfter))
+	}
+	w.WriteHeader(response.StatusCode)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type CompleteCheckpointRequestObject struct {
+	Job  JobName      `json:"job"`
+	Id   CheckpointID `json:"id"`
+	Body *CompleteCheckpointJSONRequestBody
+}
+
+type CompleteCheckpointResponseObject interface {
+	VisitCompleteCheckpointResponse(w http.ResponseWriter) error
+}
+
+type CompleteCheckpoint200JSONResponse Checkpoint
+
+func (response CompleteCheckpoint200JSONResponse) VisitCompleteCheckpointResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(200)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type CompleteCheckpointdefaultApplicationProblemPlusJSONResponse struct {
+	Body       Problem
+	Headers    ProblemResponseHeaders
+	StatusCode int
+}
+
+func (response CompleteCheckpointdefaultApplicationProblemPlusJSONResponse) VisitCompleteCheckpointResponse(w http.ResponseWriter) error {
 
 	var buf bytes.Buffer
 	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
@@ -2799,6 +3179,9 @@ type StrictServerInterface interface {
 	// GetReadyz Readiness.
 	// (GET /readyz)
 	GetReadyz(ctx context.Context, request GetReadyzRequestObject) (GetReadyzResponseObject, error)
+	// ListAudit Actions taken by request, newest first.
+	// (GET /v1/audit)
+	ListAudit(ctx context.Context, request ListAuditRequestObject) (ListAuditResponseObject, error)
 	// ListOpenCheckpoints Checkpoints across all jobs, oldest first.
 	// (GET /v1/checkpoints)
 	ListOpenCheckpoints(ctx context.Context, request ListOpenCheckpointsRequestObject) (ListOpenCheckpointsResponseObject, error)
@@ -2835,6 +3218,9 @@ type StrictServerInterface interface {
 	// CommitCheckpoint Decide commit.
 	// (POST /v1/jobs/{job}/checkpoints/{id}/commit)
 	CommitCheckpoint(ctx context.Context, request CommitCheckpointRequestObject) (CommitCheckpointResponseObject, error)
+	// CompleteCheckpoint Settle the acks a participant gone for good will never send.
+	// (POST /v1/jobs/{job}/checkpoints/{id}/complete)
+	CompleteCheckpoint(ctx context.Context, request CompleteCheckpointRequestObject) (CompleteCheckpointResponseObject, error)
 	// PutVote Record a participant's vote.
 	// (PUT /v1/jobs/{job}/checkpoints/{id}/votes/{participant})
 	PutVote(ctx context.Context, request PutVoteRequestObject) (PutVoteResponseObject, error)
@@ -2988,6 +3374,32 @@ func (sh *strictHandler) GetReadyz(w http.ResponseWriter, r *http.Request) {
 		sh.options.ResponseErrorHandlerFunc(w, r, err)
 	} else if validResponse, ok := response.(GetReadyzResponseObject); ok {
 		if err := validResponse.VisitGetReadyzResponse(w); err != nil {
+			sh.options.ResponseErrorHandlerFunc(w, r, err)
+		}
+	} else if response != nil {
+		sh.options.ResponseErrorHandlerFunc(w, r, fmt.Errorf("unexpected response type: %T", response))
+	}
+}
+
+// ListAudit operation middleware
+func (sh *strictHandler) ListAudit(w http.ResponseWriter, r *http.Request, params ListAuditParams) {
+	var request ListAuditRequestObject
+
+	request.Params = params
+
+	handler := func(ctx context.Context, w http.ResponseWriter, r *http.Request, request interface{}) (interface{}, error) {
+		return sh.ssi.ListAudit(ctx, request.(ListAuditRequestObject))
+	}
+	for _, middleware := range sh.middlewares {
+		handler = middleware(handler, "ListAudit")
+	}
+
+	response, err := handler(r.Context(), w, r, request)
+
+	if err != nil {
+		sh.options.ResponseErrorHandlerFunc(w, r, err)
+	} else if validResponse, ok := response.(ListAuditResponseObject); ok {
+		if err := validResponse.VisitListAuditResponse(w); err != nil {
 			sh.options.ResponseErrorHandlerFunc(w, r, err)
 		}
 	} else if response != nil {
@@ -3327,6 +3739,16 @@ func (sh *strictHandler) CommitCheckpoint(w http.ResponseWriter, r *http.Request
 	request.Job = job
 	request.Id = id
 
+	var body CommitCheckpointJSONRequestBody
+	if err := runtime.BindJSONBody(r, &body); err != nil {
+		if !errors.Is(err, io.EOF) {
+			sh.options.RequestErrorHandlerFunc(w, r, fmt.Errorf("can't decode JSON body: %w", err))
+			return
+		}
+	} else {
+		request.Body = &body
+	}
+
 	handler := func(ctx context.Context, w http.ResponseWriter, r *http.Request, request interface{}) (interface{}, error) {
 		return sh.ssi.CommitCheckpoint(ctx, request.(CommitCheckpointRequestObject))
 	}
@@ -3340,6 +3762,43 @@ func (sh *strictHandler) CommitCheckpoint(w http.ResponseWriter, r *http.Request
 		sh.options.ResponseErrorHandlerFunc(w, r, err)
 	} else if validResponse, ok := response.(CommitCheckpointResponseObject); ok {
 		if err := validResponse.VisitCommitCheckpointResponse(w); err != nil {
+			sh.options.ResponseErrorHandlerFunc(w, r, err)
+		}
+	} else if response != nil {
+		sh.options.ResponseErrorHandlerFunc(w, r, fmt.Errorf("unexpected response type: %T", response))
+	}
+}
+
+// CompleteCheckpoint operation middleware
+func (sh *strictHandler) CompleteCheckpoint(w http.ResponseWriter, r *http.Request, job JobName, id CheckpointID) {
+	var request CompleteCheckpointRequestObject
+
+	request.Job = job
+	request.Id = id
+
+	var body CompleteCheckpointJSONRequestBody
+	if err := runtime.BindJSONBody(r, &body); err != nil {
+		if !errors.Is(err, io.EOF) {
+			sh.options.RequestErrorHandlerFunc(w, r, fmt.Errorf("can't decode JSON body: %w", err))
+			return
+		}
+	} else {
+		request.Body = &body
+	}
+
+	handler := func(ctx context.Context, w http.ResponseWriter, r *http.Request, request interface{}) (interface{}, error) {
+		return sh.ssi.CompleteCheckpoint(ctx, request.(CompleteCheckpointRequestObject))
+	}
+	for _, middleware := range sh.middlewares {
+		handler = middleware(handler, "CompleteCheckpoint")
+	}
+
+	response, err := handler(r.Context(), w, r, request)
+
+	if err != nil {
+		sh.options.ResponseErrorHandlerFunc(w, r, err)
+	} else if validResponse, ok := response.(CompleteCheckpointResponseObject); ok {
+		if err := validResponse.VisitCompleteCheckpointResponse(w); err != nil {
 			sh.options.ResponseErrorHandlerFunc(w, r, err)
 		}
 	} else if response != nil {

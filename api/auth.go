@@ -41,6 +41,8 @@ const (
 	accessAbort
 	// accessAdmin needs the admin scope.
 	accessAdmin
+	// accessAudit needs operator on some jobs (it sees their entries) or admin.
+	accessAudit
 )
 
 // routeAccess is the authorisation table: every route of openapi.yaml, by method (HEAD is
@@ -66,6 +68,8 @@ var routeAccess = map[string]access{
 	"POST /v1/jobs/{job}/checkpoints/{id}/commit":             accessOperate,
 	"POST /v1/jobs/{job}/checkpoints/{id}/abort":              accessAbort,
 	"PUT /v1/jobs/{job}/checkpoints/{id}/acks/{participant}":  accessAsParticipant,
+	"POST /v1/jobs/{job}/checkpoints/{id}/complete":           accessOperate,
+	"GET /v1/audit":                                           accessAudit,
 	"POST /v1/tokens":          accessAdmin,
 	"GET /v1/tokens":           accessAdmin,
 	"GET /v1/tokens/{name}":    accessAdmin,
@@ -216,6 +220,11 @@ func authorize(r *http.Request) error {
 			return nil
 		}
 		return forbidden("this request needs the admin scope")
+	case accessAudit:
+		if p.Admin() || p.Token().Has(coordinator.ScopeOperator) {
+			return nil
+		}
+		return forbidden("reading the audit needs the operator or the admin scope")
 	}
 	return forbidden("no token may call %s", route)
 }

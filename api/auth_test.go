@@ -203,6 +203,8 @@ func testEveryRouteWithEveryScope(t *testing.T) {
 			{"POST", cp + "/commit", "", []string{"operator", "admin"}},
 			{"POST", cp + "/abort", "", []string{"sink-a", "sink-b", "operator", "admin"}},
 			{"PUT", cp + "/acks/sink-a", fmt.Sprintf(`{"epoch":%d}`, epochA), []string{"sink-a", "admin"}},
+			{"POST", cp + "/complete", `{"reason":"gone"}`, []string{"operator", "admin"}},
+			{"GET", "/v1/audit", "", []string{"operator", "operator-other", "admin"}},
 			{"POST", "/v1/tokens", `{"name":"new-` + job + `","scopes":["read"],"job":"*"}`, []string{"admin"}},
 			{"GET", "/v1/tokens", "", []string{"admin"}},
 			{"GET", "/v1/tokens/" + victim, "", []string{"admin"}},
@@ -669,5 +671,86 @@ func TestRouteAccessMatchesSpec(t *testing.T) {
 	}
 	if operations != len(routeAccess) {
 		t.Errorf("openapi.yaml has %d operations, routeAccess %d routes", operations, len(routeAccess))
+	}
+}
+
+func TestFindAndSettleStuckCheckpoints(t *testing.T) { onEachStore(t, testFindAndSettle) }
+
+// An operator finds a checkpoint that hangs by age, settles it with complete, and reads
+// what it did in the audit; a reader may do none of the two.
+func testFindAndSettle(t *testing.T) {
+	b := setupAuth(t)
+	op := b.token(t, "ops", "orders*", "", coordinator.ScopeOperator)
+	a := b.token(t, "orders-a", "orders", "a", coordinator.ScopeParticipant)
+	bb := b.token(t, "orders-b", "orders", "b", coordinator.ScopeParticipant)
+	reader := b.token(t, "reader", "*", "", coordinator.ScopeRead)
+	if r := b.send(t, op, "PUT", "/v1/jobs/orders", `{"participants":["a","b"]}`); r.status != 201 {
+		t.Fatalf("PUT job: %d %s", r.status, r.body)
+	}
+	b.send(t, a, "POST", "/v1/jobs/orders/participants/a/register", "")
+	b.send(t, bb, "POST", "/v1/jobs/orders/participants/b/register", "")
+	b.send(t, op, "POST", "/v1/jobs/orders/checkpoints", "")
+	b.send(t, a, "PUT", "/v1/jobs/orders/checkpoints/1/votes/a", `{"epoch":1,"vote":"prepared"}`)
+	r := b.send(t, bb, "PUT", "/v1/jobs/orders/checkpoints/1/votes/b", `{"epoch":1,"vote":"prepared"}`)
+	var cp Checkpoint
+	if err := json.Unmarshal(r.body, &cp); err != nil || cp.DecisionCause == nil || *cp.DecisionCause != CauseAllPrepared ||
+		cp.DecidedBy == nil || *cp.DecidedBy != "orders-b" {
+		t.Fatalf("the deciding vote's answer: %s; want decision_cause all_prepared by orders-b", r.body)
+	}
+	b.send(t, a, "PUT", "/v1/jobs/orders/checkpoints/1/acks/a", `{"epoch":1}`)
+	time.Sleep(300 * time.Millisecond)
+	list := func(secret, query string) []string {
+		t.Helper()
+		r := b.send(t, secret, "GET", "/v1/checkpoints?"+query, "")
+		var l CheckpointList
+		if err := json.Unmarshal(r.body, &l); err != nil || r.status != 200 {
+			t.Fatalf("GET /v1/checkpoints?%s: %d %s", query, r.status, r.body)
+		}
+		var out []string
+		for _, c := range l.Items {
+			out = append(out, fmt.Sprintf("%s/%d %s", c.Job, c.Id, c.Status))
+		}
+		return out
+	}
+	if got := list(op, "status=committing&older_than_ms=200"); !slices.Equal(got, []string{"orders/1 committing"}) {
+		t.Fatalf("committing for over 200 ms: %v", got)
+	}
+	if got := list(op, "older_than_ms=60000"); len(got) != 0 {
+		t.Fatalf("open for over a minute: %v, want none", got)
+	}
+	if got := list(op, "job=payments*"); len(got) != 0 {
+		t.Fatalf("job=payments* with a token of orders*: %v, want none", got)
+	}
+	if got := list(reader, "job=orders"); !slices.Equal(got, []string{"orders/1 committing"}) {
+		t.Fatalf("job=orders: %v", got)
+	}
+	if r := b.send(t, reader, "POST", "/v1/jobs/orders/checkpoints/1/complete", ""); r.status != http.StatusForbidden {
+		t.Fatalf("complete with a read token: %d %s, want 403", r.status, r.body)
+	}
+	r = b.send(t, op, "POST", "/v1/jobs/orders/checkpoints/1/complete", `{"reason":"sink b was decommissioned"}`, "X-Request-Id", "settle-1")
+	if err := json.Unmarshal(r.body, &cp); err != nil || r.status != 200 || cp.Status != Committed {
+		t.Fatalf("complete: %d %s", r.status, r.body)
+	}
+	for _, p := range cp.Participants {
+		want := map[string]string{"a": "a", "b": "ops"}[p.Name]
+		if p.AckedBy == nil || *p.AckedBy != want {
+			t.Errorf("participant %s acked_by %v, want %q", p.Name, p.AckedBy, want)
+		}
+	}
+	if r := b.send(t, reader, "GET", "/v1/audit", ""); r.status != http.StatusForbidden {
+		t.Fatalf("the audit with a read token: %d %s, want 403", r.status, r.body)
+	}
+	r = b.send(t, op, "GET", "/v1/audit?job=orders", "")
+	var audit AuditList
+	if err := json.Unmarshal(r.body, &audit); err != nil || r.status != 200 || len(audit.Items) != 2 {
+		t.Fatalf("the audit: %d %s; want the completion and the job's creation", r.status, r.body)
+	}
+	e := audit.Items[0]
+	if e.Action != AuditCheckpointCompleted || deref(e.Job) != "orders" || e.Checkpoint == nil || *e.Checkpoint != 1 ||
+		deref(e.Token) != "ops" || deref(e.Reason) != "sink b was decommissioned" || deref(e.RequestId) != "settle-1" {
+		t.Fatalf("the audit's newest entry: %s", r.body)
+	}
+	if audit.Items[1].Action != AuditJobCreated {
+		t.Fatalf("the audit's second entry: %+v, want job_created", audit.Items[1])
 	}
 }

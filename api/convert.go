@@ -43,17 +43,18 @@ func committables(raw json.RawMessage) Committables {
 
 func checkpointBody(cp *coordinator.Checkpoint) Checkpoint {
 	out := Checkpoint{
-		Job:          cp.Job,
-		Id:           cp.ID,
-		Status:       CheckpointStatus(cp.Status),
-		CreatedAt:    cp.CreatedAt.UTC(),
-		Deadline:     cp.Deadline.UTC(),
-		DecidedAt:    utc(cp.DecidedAt),
-		CompletedAt:  utc(cp.CompletedAt),
-		AbortReason:  optionalString(cp.AbortReason),
-		DecidedBy:    optionalString(cp.DecidedBy),
-		AutoCommit:   cp.AutoCommit,
-		Participants: make([]CheckpointParticipant, len(cp.Participants)),
+		Job:           cp.Job,
+		Id:            cp.ID,
+		Status:        CheckpointStatus(cp.Status),
+		CreatedAt:     cp.CreatedAt.UTC(),
+		Deadline:      cp.Deadline.UTC(),
+		DecidedAt:     utc(cp.DecidedAt),
+		CompletedAt:   utc(cp.CompletedAt),
+		AbortReason:   optionalString(cp.AbortReason),
+		DecidedBy:     optionalString(cp.DecidedBy),
+		DecisionCause: optionalCause(cp.DecisionCause),
+		AutoCommit:    cp.AutoCommit,
+		Participants:  make([]CheckpointParticipant, len(cp.Participants)),
 	}
 	for i, p := range cp.Participants {
 		cpp := CheckpointParticipant{
@@ -62,6 +63,7 @@ func checkpointBody(cp *coordinator.Checkpoint) Checkpoint {
 			VotedAt:      utc(p.VotedAt),
 			AckedAt:      utc(p.AckedAt),
 			Reason:       optionalString(p.Reason),
+			AckedBy:      optionalString(p.AckedBy),
 		}
 		if p.Vote != "" {
 			cpp.Vote = ptr(VoteKind(p.Vote))
@@ -161,6 +163,7 @@ func statuses(filter *StatusFilter) []coordinator.Status {
 const (
 	cursorJobs        = "jobs"        // the last job's name
 	cursorTokens      = "tokens"      // the last token's name
+	cursorAudit       = "audit"       // the last entry's id (newest first: next are lower)
 	cursorCheckpoints = "checkpoints" // the last checkpoint's id (newest first: next ids are lower)
 	cursorAll         = "all"         // the last checkpoint's Seq (oldest first: next are higher)
 )
@@ -225,4 +228,23 @@ func tokenBody(t *coordinator.Token) Token {
 		Name: t.Name, Scopes: scopes, Job: string(t.Job), Participant: optionalString(t.Participant),
 		CreatedAt: t.CreatedAt.UTC(), ExpiresAt: utc(t.ExpiresAt),
 	}
+}
+
+func optionalCause(c coordinator.Cause) *CheckpointDecisionCause {
+	if c == "" {
+		return nil
+	}
+	return ptr(CheckpointDecisionCause(c))
+}
+
+func auditBody(e *coordinator.AuditEntry) AuditEntry {
+	out := AuditEntry{
+		Id: e.ID, At: e.At.UTC(), Action: AuditEntryAction(e.Action), Job: optionalString(e.Job),
+		Token: optionalString(e.Token), Subject: optionalString(e.Subject), Reason: optionalString(e.Reason),
+		RequestId: optionalString(e.RequestID),
+	}
+	if e.Checkpoint != 0 {
+		out.Checkpoint = ptr(e.Checkpoint)
+	}
+	return out
 }

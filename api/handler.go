@@ -204,7 +204,8 @@ func withRequestID(next http.Handler) http.Handler {
 			id = rand.Text()
 		}
 		w.Header().Set("X-Request-Id", id)
-		next.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), requestIDKey{}, id)))
+		ctx := coordinator.WithRequestID(context.WithValue(r.Context(), requestIDKey{}, id), id)
+		next.ServeHTTP(w, r.WithContext(ctx))
 	})
 }
 

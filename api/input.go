@@ -48,6 +48,8 @@ var requestBodies = map[string]bodySpec{
 	"PUT /v1/jobs/{job}/checkpoints/{id}/acks/{participant}":  {model: reflect.TypeFor[AckRequest](), required: true},
 	"PUT /v1/jobs/{job}/checkpoints/{id}/votes/{participant}": {model: reflect.TypeFor[VoteRequest](), required: true},
 	"POST /v1/tokens":                                         {model: reflect.TypeFor[TokenRequest](), required: true},
+	"POST /v1/jobs/{job}/checkpoints/{id}/commit":             {model: reflect.TypeFor[CommitRequest]()},
+	"POST /v1/jobs/{job}/checkpoints/{id}/complete":           {model: reflect.TypeFor[CompleteRequest]()},
 }
 
 // bodySpecFor returns the body spec of the route r was matched to.
@@ -74,6 +76,7 @@ var queryParams = map[string]reflect.Type{
 	"GET /v1/jobs/{job}/checkpoints/{id}": reflect.TypeFor[GetCheckpointParams](),
 	"GET /v1/checkpoints":                 reflect.TypeFor[ListOpenCheckpointsParams](),
 	"GET /v1/tokens":                      reflect.TypeFor[ListTokensParams](),
+	"GET /v1/audit":                       reflect.TypeFor[ListAuditParams](),
 }
 
 // queryNames is queryParams with the names read out of the types.

@@ -64,6 +64,10 @@ func (stubServer) CommitCheckpoint(_ context.Context, req CommitCheckpointReques
 	return ok(map[string]any{"id": req.Id}), nil
 }
 
+func (stubServer) CompleteCheckpoint(_ context.Context, req CompleteCheckpointRequestObject) (CompleteCheckpointResponseObject, error) {
+	return ok(map[string]any{"id": req.Id}), nil
+}
+
 func (stubServer) GetCheckpoint(_ context.Context, req GetCheckpointRequestObject) (GetCheckpointResponseObject, error) {
 	return ok(map[string]any{"id": req.Id, "wait_ms": req.Params.WaitMs}), nil
 }
@@ -434,8 +438,8 @@ func TestRequestBodiesCoverRoutes(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(routes) != 23 {
-		t.Errorf("%d routes, want the 23 operations of openapi.yaml: %v", len(routes), routes)
+	if len(routes) != 25 {
+		t.Errorf("%d routes, want the 25 operations of openapi.yaml: %v", len(routes), routes)
 	}
 	for key, spec := range requestBodies {
 		if !routes[key] {
@@ -540,7 +544,8 @@ func FuzzInputCheck(f *testing.F) {
 		{"POST", "/v1/jobs/orders/checkpoints", &PrepareRequest{}},
 		{"POST", "/v1/jobs/orders/checkpoints/1/abort", &AbortRequest{}},
 		{"POST", "/v1/jobs/orders/participants/sink-a/register", &struct{}{}},
-		{"POST", "/v1/jobs/orders/checkpoints/1/commit", &struct{}{}},
+		{"POST", "/v1/jobs/orders/checkpoints/1/commit", &CommitRequest{}},
+		{"POST", "/v1/jobs/orders/checkpoints/1/complete", &CompleteRequest{}},
 	}
 	f.Fuzz(func(t *testing.T, contentType, body string) {
 		for _, op := range operations {

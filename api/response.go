@@ -73,7 +73,9 @@ func (r jsonResponse) VisitGetPendingResponse(w http.ResponseWriter) error { ret
 func (r jsonResponse) VisitRegisterParticipantResponse(w http.ResponseWriter) error {
 	return r.visit(w)
 }
-func (r jsonResponse) VisitCreateTokenResponse(w http.ResponseWriter) error { return r.visit(w) }
-func (r jsonResponse) VisitListTokensResponse(w http.ResponseWriter) error  { return r.visit(w) }
-func (r jsonResponse) VisitGetTokenResponse(w http.ResponseWriter) error    { return r.visit(w) }
-func (r jsonResponse) VisitDeleteTokenResponse(w http.ResponseWriter) error { return r.visit(w) }
+func (r jsonResponse) VisitCreateTokenResponse(w http.ResponseWriter) error        { return r.visit(w) }
+func (r jsonResponse) VisitListTokensResponse(w http.ResponseWriter) error         { return r.visit(w) }
+func (r jsonResponse) VisitGetTokenResponse(w http.ResponseWriter) error           { return r.visit(w) }
+func (r jsonResponse) VisitDeleteTokenResponse(w http.ResponseWriter) error        { return r.visit(w) }
+func (r jsonResponse) VisitCompleteCheckpointResponse(w http.ResponseWriter) error { return r.visit(w) }
+func (r jsonResponse) VisitListAuditResponse(w http.ResponseWriter) error          { return r.visit(w) }

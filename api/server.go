@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"net/url"
 	"strconv"
+	"time"
 
 	"github.com/twophase/coordinator/coordinator"
 )
@@ -185,11 +186,27 @@ func (s *server) ListOpenCheckpoints(ctx context.Context, req ListOpenCheckpoint
 	if req.Params.Status == nil {
 		sts = defaultOpenStatuses
 	}
+	jobs := reachOf(ctx)
+	if req.Params.Job != nil {
+		if !coordinator.ValidJobPattern(coordinator.JobPattern(*req.Params.Job)) {
+			return nil, invalid("job", "%q is not a job pattern: a job's name, a prefix of one ending in *, or *", *req.Params.Job)
+		}
+		narrow, overlap := coordinator.JobPattern(*req.Params.Job).Narrow(jobs)
+		if !overlap {
+			return ok(CheckpointList{Items: []Checkpoint{}}), nil
+		}
+		jobs = narrow
+	}
+	var olderThan time.Duration
+	if req.Params.OlderThanMs != nil {
+		olderThan = milliseconds(*req.Params.OlderThanMs)
+	}
 	cps, more, err := s.svc.ListCheckpoints(ctx, coordinator.CheckpointQuery{
-		Jobs:     reachOf(ctx),
-		Statuses: sts,
-		After:    after, // oldest first: Seq above After
-		Limit:    limit,
+		Jobs:      jobs,
+		OlderThan: olderThan,
+		Statuses:  sts,
+		After:     after, // oldest first: Seq above After
+		Limit:     limit,
 	})
 	if err != nil {
 		return nil, err
@@ -232,11 +249,59 @@ func (s *server) PutVote(ctx context.Context, req PutVoteRequestObject) (PutVote
 }
 
 func (s *server) CommitCheckpoint(ctx context.Context, req CommitCheckpointRequestObject) (CommitCheckpointResponseObject, error) {
-	cp, err := s.svc.Commit(ctx, req.Job, req.Id, "")
+	var reason string
+	if req.Body != nil && req.Body.Reason != nil {
+		reason = *req.Body.Reason
+	}
+	cp, err := s.svc.Commit(ctx, req.Job, req.Id, reason)
 	if err != nil {
 		return nil, err
 	}
 	return ok(checkpointBody(cp)), nil
+}
+
+func (s *server) CompleteCheckpoint(ctx context.Context, req CompleteCheckpointRequestObject) (CompleteCheckpointResponseObject, error) {
+	var reason string
+	if req.Body != nil && req.Body.Reason != nil {
+		reason = *req.Body.Reason
+	}
+	cp, err := s.svc.Complete(ctx, req.Job, req.Id, reason)
+	if err != nil {
+		return nil, err
+	}
+	return ok(checkpointBody(cp)), nil
+}
+
+func (s *server) ListAudit(ctx context.Context, req ListAuditRequestObject) (ListAuditResponseObject, error) {
+	before, err := positionCursor(cursorAudit, req.Params.Cursor)
+	if err != nil {
+		return nil, err
+	}
+	q := coordinator.AuditQuery{Jobs: reachOf(ctx), Before: before, Limit: pageLimit(req.Params.Limit)}
+	// Token actions belong to no job: an admin's only.
+	q.WithTokens = principalOf(ctx) == nil || principalOf(ctx).Admin()
+	if req.Params.Job != nil {
+		narrow, overlap := coordinator.JobPattern(*req.Params.Job).Narrow(q.Jobs)
+		if !coordinator.ValidJobPattern(coordinator.JobPattern(*req.Params.Job)) {
+			return nil, invalid("job", "%q is not a job pattern: a job's name, a prefix of one ending in *, or *", *req.Params.Job)
+		}
+		if !overlap {
+			return ok(AuditList{Items: []AuditEntry{}}), nil
+		}
+		q.Jobs, q.WithTokens = narrow, false
+	}
+	entries, more, err := s.svc.ListAudit(ctx, q)
+	if err != nil {
+		return nil, err
+	}
+	out := AuditList{Items: make([]AuditEntry, len(entries))}
+	for i, e := range entries {
+		out.Items[i] = auditBody(e)
+	}
+	if more && len(entries) > 0 {
+		out.NextCursor = ptr(encodeCursor(cursorAudit, strconv.FormatInt(entries[len(entries)-1].ID, 10)))
+	}
+	return ok(out), nil
 }
 
 func (s *server) AbortCheckpoint(ctx context.Context, req AbortCheckpointRequestObject) (AbortCheckpointResponseObject, error) {

@@ -381,7 +381,7 @@ func testClientRound(t *testing.T) {
 		t.Errorf("a prepared vote without committables has %s, want []", got)
 	}
 
-	commit, err := c.CommitCheckpointWithResponse(ctx, "payments", 1)
+	commit, err := c.CommitCheckpointWithResponse(ctx, "payments", 1, coordinatorclient.CommitRequest{})
 	if err != nil || commit.StatusCode() != 200 || commit.JSON200.Status != coordinatorclient.Committing {
 		t.Fatalf("commit: %v %s", err, commit.Body)
 	}

@@ -226,7 +226,10 @@ type CheckpointQuery struct {
 	// Job restricts to one job; empty means every job (oldest first), else newest first.
 	Job string
 	// Jobs restricts a list across jobs to those the pattern matches; empty means every job.
-	Jobs     JobPattern
+	Jobs JobPattern
+	// OlderThan, when positive, keeps (across jobs) the checkpoints opened more than that
+	// long ago by the database's clock.
+	OlderThan time.Duration
 	Statuses []Status
 	// After is the position to continue from, exclusive; 0 starts at the beginning. Within
 	// a job (newest first) it is a checkpoint id, and the page holds lower ids. Across jobs

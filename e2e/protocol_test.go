@@ -111,7 +111,7 @@ func TestProtocol(t *testing.T) {
 		if err != nil || get.JSON200 == nil || get.JSON200.Status != coordinatorclient.Preparing {
 			t.Fatalf("auto_commit off: all votes in must stay preparing: %v %s", err, get.Body)
 		}
-		com, err := c.CommitCheckpointWithResponse(ctx, "client-round", id)
+		com, err := c.CommitCheckpointWithResponse(ctx, "client-round", id, coordinatorclient.CommitRequest{})
 		if err != nil || com.JSON200 == nil || com.JSON200.Status != coordinatorclient.Committing {
 			t.Fatalf("commit: %v %s", err, com.Body)
 		}

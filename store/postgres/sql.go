@@ -124,6 +124,9 @@ func listCheckpointsSQL(q coordinator.CheckpointQuery) (string, []any) {
 		if q.After > 0 {
 			where = append(where, "c.seq > "+arg(q.After))
 		}
+		if q.OlderThan > 0 {
+			where = append(where, "c.created_at < clock_timestamp() - "+arg(q.OlderThan.Microseconds())+" * interval '1 microsecond'")
+		}
 		if prefix, isPrefix := q.Jobs.Prefix(); isPrefix && prefix != "" {
 			where = append(where, "starts_with(c.job, "+arg(prefix)+")")
 		} else if !isPrefix && prefix != "" {

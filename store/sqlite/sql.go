@@ -95,13 +95,14 @@ const participantsSQL = `
 
 // The fixed parts of listJobCheckpointsSQL and listAllCheckpointsSQL.
 const (
-	listCheckpointsFromSQL     = "SELECT " + checkpointColumns + " FROM checkpoints c"
-	listCheckpointsOfJobSQL    = "c.job = ?"
-	listCheckpointsBelowIDSQL  = "c.id < ?"
-	listCheckpointsAfterSeqSQL = "c.seq > ?"
-	listCheckpointsOfPrefixSQL = "substr(c.job, 1, length(?)) = ?"
-	listJobCheckpointsOrderSQL = "c.id DESC"
-	listAllCheckpointsOrderSQL = "c.seq"
+	listCheckpointsFromSQL          = "SELECT " + checkpointColumns + " FROM checkpoints c"
+	listCheckpointsOfJobSQL         = "c.job = ?"
+	listCheckpointsBelowIDSQL       = "c.id < ?"
+	listCheckpointsAfterSeqSQL      = "c.seq > ?"
+	listCheckpointsOfPrefixSQL      = "substr(c.job, 1, length(?)) = ?"
+	listCheckpointsCreatedBeforeSQL = "c.created_at < ?"
+	listJobCheckpointsOrderSQL      = "c.id DESC"
+	listAllCheckpointsOrderSQL      = "c.seq"
 )
 
 // listJobCheckpointsSQL selects a page of a job's checkpoints (checkpointColumns), newest first: ? the job, ? the id to list below if below, one ? per status if statuses > 0 (else any status), ? the limit.
@@ -113,9 +114,12 @@ func listJobCheckpointsSQL(below bool, statuses int) string {
 	return listCheckpointsSQL(where, statuses, listJobCheckpointsOrderSQL)
 }
 
-// listAllCheckpointsSQL selects a page of every job's checkpoints (checkpointColumns), oldest first by seq: ? the job if ofJob, ? and ? its prefix if ofPrefix, ? the seq to list after if after, one ? per status if statuses > 0 (else any status), ? the limit.
-func listAllCheckpointsSQL(ofJob, ofPrefix, after bool, statuses int) string {
+// listAllCheckpointsSQL selects a page of every job's checkpoints (checkpointColumns), oldest first by seq: ? a time (created before it) if createdBefore, ? the job if ofJob, ? and ? its prefix if ofPrefix, ? the seq to list after if after, one ? per status if statuses > 0 (else any status), ? the limit.
+func listAllCheckpointsSQL(ofJob, ofPrefix, after, createdBefore bool, statuses int) string {
 	var where []string
+	if createdBefore {
+		where = append(where, listCheckpointsCreatedBeforeSQL)
+	}
 	if ofJob {
 		where = append(where, listCheckpointsOfJobSQL)
 	}

@@ -522,7 +522,10 @@ func (s *Store) ListCheckpoints(ctx context.Context, q coordinator.CheckpointQue
 	} else {
 		prefix, isPrefix := q.Jobs.Prefix()
 		ofJob, ofPrefix := !isPrefix && prefix != "", isPrefix && prefix != ""
-		query = listAllCheckpointsSQL(ofJob, ofPrefix, q.After > 0, len(q.Statuses))
+		query = listAllCheckpointsSQL(ofJob, ofPrefix, q.After > 0, q.OlderThan > 0, len(q.Statuses))
+		if q.OlderThan > 0 {
+			args = append(args, now().Add(-q.OlderThan).UnixMicro())
+		}
 		switch {
 		case ofJob:
 			args = append(args, prefix)

@@ -252,6 +252,9 @@ func (s *memStore) ListCheckpoints(ctx context.Context, q coordinator.Checkpoint
 		if q.Job == "" && q.Jobs != "" && !q.Jobs.Matches(cp.Job) {
 			continue
 		}
+		if q.Job == "" && q.OlderThan > 0 && !cp.CreatedAt.Before(time.Now().Add(-q.OlderThan)) {
+			continue
+		}
 		if len(out) < q.Limit {
 			out = append(out, cloneCheckpoint(cp))
 		}

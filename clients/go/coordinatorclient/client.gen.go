@@ -16,6 +16,75 @@ import (
 	"github.com/oapi-codegen/runtime"
 )
 
+// Defines values for AuditEntryAction.
+const (
+	AuditCheckpointAborted   AuditEntryAction = "checkpoint_aborted"
+	AuditCheckpointCommitted AuditEntryAction = "checkpoint_committed"
+	AuditCheckpointCompleted AuditEntryAction = "checkpoint_completed"
+	AuditJobCreated          AuditEntryAction = "job_created"
+	AuditJobDeleted          AuditEntryAction = "job_deleted"
+	AuditJobUpdated          AuditEntryAction = "job_updated"
+	AuditTokenCreated        AuditEntryAction = "token_created"
+	AuditTokenRevoked        AuditEntryAction = "token_revoked"
+)
+
+// Valid indicates whether the value is a known member of the AuditEntryAction enum.
+func (e AuditEntryAction) Valid() bool {
+	switch e {
+	case AuditCheckpointAborted:
+		return true
+	case AuditCheckpointCommitted:
+		return true
+	case AuditCheckpointCompleted:
+		return true
+	case AuditJobCreated:
+		return true
+	case AuditJobDeleted:
+		return true
+	case AuditJobUpdated:
+		return true
+	case AuditTokenCreated:
+		return true
+	case AuditTokenRevoked:
+		return true
+	default:
+		return false
+	}
+}
+
+// Defines values for CheckpointDecisionCause.
+const (
+	CauseAbortRequest  CheckpointDecisionCause = "abort_request"
+	CauseAbortVote     CheckpointDecisionCause = "abort_vote"
+	CauseAllPrepared   CheckpointDecisionCause = "all_prepared"
+	CauseCommitRequest CheckpointDecisionCause = "commit_request"
+	CauseDeadline      CheckpointDecisionCause = "deadline"
+	CauseLowerAborted  CheckpointDecisionCause = "lower_aborted"
+	CauseRegistration  CheckpointDecisionCause = "registration"
+)
+
+// Valid indicates whether the value is a known member of the CheckpointDecisionCause enum.
+func (e CheckpointDecisionCause) Valid() bool {
+	switch e {
+	case CauseAbortRequest:
+		return true
+	case CauseAbortVote:
+		return true
+	case CauseAllPrepared:
+		return true
+	case CauseCommitRequest:
+		return true
+	case CauseDeadline:
+		return true
+	case CauseLowerAborted:
+		return true
+	case CauseRegistration:
+		return true
+	default:
+		return false
+	}
+}
+
 // Defines values for CheckpointStatus.
 const (
 	Aborted    CheckpointStatus = "aborted"
@@ -135,6 +204,36 @@ type AckRequest struct {
 	Epoch int64 `json:"epoch"`
 }
 
+// AuditEntry defines model for AuditEntry.
+type AuditEntry struct {
+	Action     AuditEntryAction `json:"action"`
+	At         time.Time        `json:"at"`
+	Checkpoint *int64           `json:"checkpoint"`
+	Id         int64            `json:"id"`
+
+	// Job Null for token actions.
+	Job    *string `json:"job"`
+	Reason *string `json:"reason"`
+
+	// RequestId The request's `X-Request-Id`, to find it in the coordinator's log.
+	RequestId *string `json:"request_id"`
+
+	// Subject For token actions, the token created or revoked.
+	Subject *string `json:"subject,omitempty"`
+
+	// Token The name of the token the request carried; null without authentication.
+	Token *string `json:"token"`
+}
+
+// AuditEntryAction defines model for AuditEntry.Action.
+type AuditEntryAction string
+
+// AuditList defines model for AuditList.
+type AuditList struct {
+	Items      []AuditEntry `json:"items"`
+	NextCursor *string      `json:"next_cursor,omitempty"`
+}
+
 // Checkpoint defines model for Checkpoint.
 type Checkpoint struct {
 	AbortReason *string `json:"abort_reason"`
@@ -152,13 +251,27 @@ type Checkpoint struct {
 	// vote, an `abort` vote, a commit or abort request, a registration); null while
 	// `preparing`, without authentication, and for a deadline (and what it cascaded to).
 	DecidedBy *string `json:"decided_by"`
-	Id        int64   `json:"id"`
+
+	// DecisionCause Why it was decided: the last `prepared` vote completed unanimity
+	// (`all_prepared`), `POST .../commit` (`commit_request`), an `abort` vote
+	// (`abort_vote`), `POST .../abort` (`abort_request`), the deadline (`deadline`), a
+	// participant that had not voted registered again (`registration`), a lower
+	// checkpoint of the job was aborted (`lower_aborted`). Null while `preparing`.
+	DecisionCause *CheckpointDecisionCause `json:"decision_cause"`
+	Id            int64                    `json:"id"`
 
 	// Job Example: sink-a
 	Job          Name                    `json:"job"`
 	Participants []CheckpointParticipant `json:"participants"`
 	Status       CheckpointStatus        `json:"status"`
 }
+
+// CheckpointDecisionCause Why it was decided: the last `prepared` vote completed unanimity
+// (`all_prepared`), `POST .../commit` (`commit_request`), an `abort` vote
+// (`abort_vote`), `POST .../abort` (`abort_request`), the deadline (`deadline`), a
+// participant that had not voted registered again (`registration`), a lower
+// checkpoint of the job was aborted (`lower_aborted`). Null while `preparing`.
+type CheckpointDecisionCause string
 
 // CheckpointList defines model for CheckpointList.
 type CheckpointList struct {
@@ -171,6 +284,11 @@ type CheckpointList struct {
 // CheckpointParticipant defines model for CheckpointParticipant.
 type CheckpointParticipant struct {
 	AckedAt *time.Time `json:"acked_at"`
+
+	// AckedBy Who acked: the participant's own name, or, when an operator settled the ack with
+	// `POST .../complete`, the operator's token's name (`operator` without
+	// authentication). Null until acked.
+	AckedBy *string `json:"acked_by,omitempty"`
 
 	// Committables Opaque JSON values (transaction ids, temp file paths, offsets), stored and returned
 	// exactly as sent: same values, same order.
@@ -194,11 +312,21 @@ type CheckpointParticipant struct {
 // CheckpointStatus defines model for CheckpointStatus.
 type CheckpointStatus string
 
+// CommitRequest defines model for CommitRequest.
+type CommitRequest struct {
+	Reason *string `json:"reason,omitempty"`
+}
+
 // Committables Opaque JSON values (transaction ids, temp file paths, offsets), stored and returned
 // exactly as sent: same values, same order.
 //
 // Example: [{"txn":"orders-41"}]
 type Committables = json.RawMessage
+
+// CompleteRequest defines model for CompleteRequest.
+type CompleteRequest struct {
+	Reason *string `json:"reason,omitempty"`
+}
 
 // Health defines model for Health.
 type Health struct {
@@ -491,10 +619,23 @@ type ParticipantName = Name
 // StatusFilter defines model for StatusFilter.
 type StatusFilter = []CheckpointStatus
 
+// ListAuditParams defines parameters for ListAudit.
+type ListAuditParams struct {
+	Job *JobPattern `form:"job,omitempty" json:"job,omitempty"`
+
+	// Limit Page size, 1 to 1000 (default 100).
+	Limit *Limit `form:"limit,omitempty" json:"limit,omitempty"`
+
+	// Cursor The `next_cursor` of the previous page, as it was returned.
+	Cursor *Cursor `form:"cursor,omitempty" json:"cursor,omitempty"`
+}
+
 // ListOpenCheckpointsParams defines parameters for ListOpenCheckpoints.
 type ListOpenCheckpointsParams struct {
 	// Status Comma-separated statuses to keep, e.g. `preparing,committing`.
-	Status *StatusFilter `form:"status,omitempty" json:"status,omitempty"`
+	Status      *StatusFilter `form:"status,omitempty" json:"status,omitempty"`
+	Job         *JobPattern   `form:"job,omitempty" json:"job,omitempty"`
+	OlderThanMs *int64        `form:"older_than_ms,omitempty" json:"older_than_ms,omitempty"`
 
 	// Limit Page size, 1 to 1000 (default 100).
 	Limit *Limit `form:"limit,omitempty" json:"limit,omitempty"`
@@ -558,6 +699,12 @@ type AbortCheckpointJSONRequestBody = AbortRequest
 
 // PutAckJSONRequestBody defines body for PutAck for application/json ContentType.
 type PutAckJSONRequestBody = AckRequest
+
+// CommitCheckpointJSONRequestBody defines body for CommitCheckpoint for application/json ContentType.
+type CommitCheckpointJSONRequestBody = CommitRequest
+
+// CompleteCheckpointJSONRequestBody defines body for CompleteCheckpoint for application/json ContentType.
+type CompleteCheckpointJSONRequestBody = CompleteRequest
 
 // PutVoteJSONRequestBody defines body for PutVote for application/json ContentType.
 type PutVoteJSONRequestBody = VoteRequest
@@ -676,9 +823,23 @@ type ClientInterface interface {
 	// Corresponds with GET /readyz (the `GetReadyz` operationId).
 	GetReadyz(ctx context.Context, reqEditors ...RequestEditorFn) (*http.Response, error)
 
+	// ListAudit Actions taken by request, newest first.
+	//
+	// Every action taken by request rather than by the protocol itself: job created,
+	// updated or deleted; checkpoint committed, aborted or completed by request; token
+	// created or revoked (admins only). Protocol decisions (votes, deadlines) are not in
+	// it: a checkpoint's `decision_cause` and `decided_by` tell those. `job` keeps the
+	// entries of the jobs a pattern matches.
+	//
+	// Corresponds with GET /v1/audit (the `ListAudit` operationId).
+	ListAudit(ctx context.Context, params *ListAuditParams, reqEditors ...RequestEditorFn) (*http.Response, error)
+
 	// ListOpenCheckpoints Checkpoints across all jobs, oldest first.
 	//
-	// For operators. Defaults to `status=preparing,committing`.
+	// For operators: "find what hangs". Defaults to `status=preparing,committing`. `job`
+	// keeps the jobs a pattern matches (a name, or a prefix ending in `*`), within those
+	// the token may read; `older_than_ms` keeps those opened more than that long ago, by
+	// the database's clock.
 	//
 	// Corresponds with GET /v1/checkpoints (the `ListOpenCheckpoints` operationId).
 	ListOpenCheckpoints(ctx context.Context, params *ListOpenCheckpointsParams, reqEditors ...RequestEditorFn) (*http.Response, error)
@@ -814,15 +975,57 @@ type ClientInterface interface {
 	// Corresponds with PUT /v1/jobs/{job}/checkpoints/{id}/acks/{participant} (the `PutAck` operationId).
 	PutAck(ctx context.Context, job JobName, id CheckpointID, participant ParticipantName, body PutAckJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error)
 
+	// CommitCheckpointWithBody Decide commit.
+	//
+	// Needs a `prepared` vote from every expected participant (409 `votes_missing`, naming
+	// them in `missing`) and no lower `preparing` checkpoint (409 `lower_checkpoint_open`).
+	// Idempotent on a checkpoint already `committing` or `committed`; 409 `already_decided`
+	// on an aborted one. The body is optional: a `reason`, which the audit records.
+	//
+	// Takes any type of body and a specified content type.
+	//
+	// Corresponds with POST /v1/jobs/{job}/checkpoints/{id}/commit (the `CommitCheckpoint` operationId).
+	CommitCheckpointWithBody(ctx context.Context, job JobName, id CheckpointID, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error)
+
 	// CommitCheckpoint Decide commit.
 	//
 	// Needs a `prepared` vote from every expected participant (409 `votes_missing`, naming
 	// them in `missing`) and no lower `preparing` checkpoint (409 `lower_checkpoint_open`).
 	// Idempotent on a checkpoint already `committing` or `committed`; 409 `already_decided`
-	// on an aborted one. No request body.
+	// on an aborted one. The body is optional: a `reason`, which the audit records.
+	//
+	// Takes a body of the `application/json` content type.
 	//
 	// Corresponds with POST /v1/jobs/{job}/checkpoints/{id}/commit (the `CommitCheckpoint` operationId).
-	CommitCheckpoint(ctx context.Context, job JobName, id CheckpointID, reqEditors ...RequestEditorFn) (*http.Response, error)
+	CommitCheckpoint(ctx context.Context, job JobName, id CheckpointID, body CommitCheckpointJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// CompleteCheckpointWithBody Settle the acks a participant gone for good will never send.
+	//
+	// On a `committing` checkpoint, records every missing ack as given by the operator
+	// (`acked_by` is the token's name, `operator` without authentication), which makes it
+	// `committed`; on an `aborted` one, the same for every unacked `prepared` vote.
+	// Afterwards nothing of the checkpoint is owed. A `preparing` checkpoint gets 409
+	// `not_decided`; repeating it answers 200 and changes nothing. The body is optional: a
+	// `reason`, which the audit records.
+	//
+	// Takes any type of body and a specified content type.
+	//
+	// Corresponds with POST /v1/jobs/{job}/checkpoints/{id}/complete (the `CompleteCheckpoint` operationId).
+	CompleteCheckpointWithBody(ctx context.Context, job JobName, id CheckpointID, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// CompleteCheckpoint Settle the acks a participant gone for good will never send.
+	//
+	// On a `committing` checkpoint, records every missing ack as given by the operator
+	// (`acked_by` is the token's name, `operator` without authentication), which makes it
+	// `committed`; on an `aborted` one, the same for every unacked `prepared` vote.
+	// Afterwards nothing of the checkpoint is owed. A `preparing` checkpoint gets 409
+	// `not_decided`; repeating it answers 200 and changes nothing. The body is optional: a
+	// `reason`, which the audit records.
+	//
+	// Takes a body of the `application/json` content type.
+	//
+	// Corresponds with POST /v1/jobs/{job}/checkpoints/{id}/complete (the `CompleteCheckpoint` operationId).
+	CompleteCheckpoint(ctx context.Context, job JobName, id CheckpointID, body CompleteCheckpointJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error)
 
 	// PutVoteWithBody Record a participant's vote.
 	//
@@ -992,9 +1195,33 @@ func (c *Client) GetReadyz(ctx context.Context, reqEditors ...RequestEditorFn) (
 	return c.Client.Do(req)
 }
 
+// ListAudit Actions taken by request, newest first.
+//
+// Every action taken by request rather than by the protocol itself: job created,
+// updated or deleted; checkpoint committed, aborted or completed by request; token
+// created or revoked (admins only). Protocol decisions (votes, deadlines) are not in
+// it: a checkpoint's `decision_cause` and `decided_by` tell those. `job` keeps the
+// entries of the jobs a pattern matches.
+//
+// Corresponds with GET /v1/audit (the `ListAudit` operationId).
+func (c *Client) ListAudit(ctx context.Context, params *ListAuditParams, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewListAuditRequest(c.Server, params)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
 // ListOpenCheckpoints Checkpoints across all jobs, oldest first.
 //
-// For operators. Defaults to `status=preparing,committing`.
+// For operators: "find what hangs". Defaults to `status=preparing,committing`. `job`
+// keeps the jobs a pattern matches (a name, or a prefix ending in `*`), within those
+// the token may read; `older_than_ms` keeps those opened more than that long ago, by
+// the database's clock.
 //
 // Corresponds with GET /v1/checkpoints (the `ListOpenCheckpoints` operationId).
 func (c *Client) ListOpenCheckpoints(ctx context.Context, params *ListOpenCheckpointsParams, reqEditors ...RequestEditorFn) (*http.Response, error) {
@@ -1280,16 +1507,88 @@ func (c *Client) PutAck(ctx context.Context, job JobName, id CheckpointID, parti
 	return c.Client.Do(req)
 }
 
+// CommitCheckpointWithBody Decide commit.
+//
+// Needs a `prepared` vote from every expected participant (409 `votes_missing`, naming
+// them in `missing`) and no lower `preparing` checkpoint (409 `lower_checkpoint_open`).
+// Idempotent on a checkpoint already `committing` or `committed`; 409 `already_decided`
+// on an aborted one. The body is optional: a `reason`, which the audit records.
+//
+// Takes any type of body and a specified content type.
+//
+// Corresponds with POST /v1/jobs/{job}/checkpoints/{id}/commit (the `CommitCheckpoint` operationId).
+func (c *Client) CommitCheckpointWithBody(ctx context.Context, job JobName, id CheckpointID, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewCommitCheckpointRequestWithBody(c.Server, job, id, contentType, body)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
 // CommitCheckpoint Decide commit.
 //
 // Needs a `prepared` vote from every expected participant (409 `votes_missing`, naming
 // them in `missing`) and no lower `preparing` checkpoint (409 `lower_checkpoint_open`).
 // Idempotent on a checkpoint already `committing` or `committed`; 409 `already_decided`
-// on an aborted one. No request body.
+// on an aborted one. The body is optional: a `reason`, which the audit records.
+//
+// Takes a body of the `application/json` content type.
 //
 // Corresponds with POST /v1/jobs/{job}/checkpoints/{id}/commit (the `CommitCheckpoint` operationId).
-func (c *Client) CommitCheckpoint(ctx context.Context, job JobName, id CheckpointID, reqEditors ...RequestEditorFn) (*http.Response, error) {
-	req, err := NewCommitCheckpointRequest(c.Server, job, id)
+func (c *Client) CommitCheckpoint(ctx context.Context, job JobName, id CheckpointID, body CommitCheckpointJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewCommitCheckpointRequest(c.Server, job, id, body)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// CompleteCheckpointWithBody Settle the acks a participant gone for good will never send.
+//
+// On a `committing` checkpoint, records every missing ack as given by the operator
+// (`acked_by` is the token's name, `operator` without authentication), which makes it
+// `committed`; on an `aborted` one, the same for every unacked `prepared` vote.
+// Afterwards nothing of the checkpoint is owed. A `preparing` checkpoint gets 409
+// `not_decided`; repeating it answers 200 and changes nothing. The body is optional: a
+// `reason`, which the audit records.
+//
+// Takes any type of body and a specified content type.
+//
+// Corresponds with POST /v1/jobs/{job}/checkpoints/{id}/complete (the `CompleteCheckpoint` operationId).
+func (c *Client) CompleteCheckpointWithBody(ctx context.Context, job JobName, id CheckpointID, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewCompleteCheckpointRequestWithBody(c.Server, job, id, contentType, body)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// CompleteCheckpoint Settle the acks a participant gone for good will never send.
+//
+// On a `committing` checkpoint, records every missing ack as given by the operator
+// (`acked_by` is the token's name, `operator` without authentication), which makes it
+// `committed`; on an `aborted` one, the same for every unacked `prepared` vote.
+// Afterwards nothing of the checkpoint is owed. A `preparing` checkpoint gets 409
+// `not_decided`; repeating it answers 200 and changes nothing. The body is optional: a
+// `reason`, which the audit records.
+//
+// Takes a body of the `application/json` content type.
+//
+// Corresponds with POST /v1/jobs/{job}/checkpoints/{id}/complete (the `CompleteCheckpoint` operationId).
+func (c *Client) CompleteCheckpoint(ctx context.Context, job JobName, id CheckpointID, body CompleteCheckpointJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewCompleteCheckpointRequest(c.Server, job, id, body)
 	if err != nil {
 		return nil, err
 	}
@@ -1595,6 +1894,84 @@ func NewGetReadyzRequest(server string) (*http.Request, error) {
 	return req, nil
 }
 
+// NewListAuditRequest constructs an http.Request for the ListAudit method
+func NewListAuditRequest(server string, params *ListAuditParams) (*http.Request, error) {
+	var err error
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/v1/audit")
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	if params != nil {
+		// queryValues collects non-styled parameters (passthrough, JSON)
+		// that are safe to round-trip through url.Values.Encode().
+		queryValues := queryURL.Query()
+		// rawQueryFragments collects pre-encoded query fragments from
+		// styled parameters, preserving literal commas as delimiters
+		// per the OpenAPI spec (e.g. "color=blue,black,brown").
+		var rawQueryFragments []string
+
+		if params.Job != nil {
+
+			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "job", *params.Job, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			} else {
+				for _, qp := range strings.Split(queryFrag, "&") {
+					rawQueryFragments = append(rawQueryFragments, qp)
+				}
+			}
+
+		}
+
+		if params.Limit != nil {
+
+			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "limit", *params.Limit, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			} else {
+				for _, qp := range strings.Split(queryFrag, "&") {
+					rawQueryFragments = append(rawQueryFragments, qp)
+				}
+			}
+
+		}
+
+		if params.Cursor != nil {
+
+			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "cursor", *params.Cursor, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			} else {
+				for _, qp := range strings.Split(queryFrag, "&") {
+					rawQueryFragments = append(rawQueryFragments, qp)
+				}
+			}
+
+		}
+
+		if encoded := queryValues.Encode(); encoded != "" {
+			rawQueryFragments = append(rawQueryFragments, encoded)
+		}
+		queryURL.RawQuery = strings.Join(rawQueryFragments, "&")
+	}
+
+	req, err := http.NewRequest(http.MethodGet, queryURL.String(), nil)
+	if err != nil {
+		return nil, err
+	}
+
+	return req, nil
+}
+
 // NewListOpenCheckpointsRequest constructs an http.Request for the ListOpenCheckpoints method
 func NewListOpenCheckpointsRequest(server string, params *ListOpenCheckpointsParams) (*http.Request, error) {
 	var err error
@@ -1626,6 +2003,30 @@ func NewListOpenCheckpointsRequest(server string, params *ListOpenCheckpointsPar
 		if params.Status != nil {
 
 			if queryFrag, err := runtime.StyleParamWithOptions("form", false, "status", *params.Status, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "array", Format: ""}); err != nil {
+				return nil, err
+			} else {
+				for _, qp := range strings.Split(queryFrag, "&") {
+					rawQueryFragments = append(rawQueryFragments, qp)
+				}
+			}
+
+		}
+
+		if params.Job != nil {
+
+			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "job", *params.Job, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			} else {
+				for _, qp := range strings.Split(queryFrag, "&") {
+					rawQueryFragments = append(rawQueryFragments, qp)
+				}
+			}
+
+		}
+
+		if params.OlderThanMs != nil {
+
+			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "older_than_ms", *params.OlderThanMs, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "integer", Format: "int64"}); err != nil {
 				return nil, err
 			} else {
 				for _, qp := range strings.Split(queryFrag, "&") {
@@ -2211,8 +2612,19 @@ func NewPutAckRequestWithBody(server string, job JobName, id CheckpointID, parti
 	return req, nil
 }
 
-// NewCommitCheckpointRequest constructs an http.Request for the CommitCheckpoint method
-func NewCommitCheckpointRequest(server string, job JobName, id CheckpointID) (*http.Request, error) {
+// NewCommitCheckpointRequest calls the generic CommitCheckpoint builder with application/json body
+func NewCommitCheckpointRequest(server string, job JobName, id CheckpointID, body CommitCheckpointJSONRequestBody) (*http.Request, error) {
+	var bodyReader io.Reader
+	buf, err := json.Marshal(body)
+	if err != nil {
+		return nil, err
+	}
+	bodyReader = bytes.NewReader(buf)
+	return NewCommitCheckpointRequestWithBody(server, job, id, "application/json", bodyReader)
+}
+
+// NewCommitCheckpointRequestWithBody constructs an http.Request for the CommitCheckpoint method, with any body, and a specified content type
+func NewCommitCheckpointRequestWithBody(server string, job JobName, id CheckpointID, contentType string, body io.Reader) (*http.Request, error) {
 	var err error
 
 	var pathParam0 string
@@ -2244,10 +2656,66 @@ func NewCommitCheckpointRequest(server string, job JobName, id CheckpointID) (*h
 		return nil, err
 	}
 
-	req, err := http.NewRequest(http.MethodPost, queryURL.String(), nil)
+	req, err := http.NewRequest(http.MethodPost, queryURL.String(), body)
 	if err != nil {
 		return nil, err
 	}
+
+	req.Header.Add("Content-Type", contentType)
+
+	return req, nil
+}
+
+// NewCompleteCheckpointRequest calls the generic CompleteCheckpoint builder with application/json body
+func NewCompleteCheckpointRequest(server string, job JobName, id CheckpointID, body CompleteCheckpointJSONRequestBody) (*http.Request, error) {
+	var bodyReader io.Reader
+	buf, err := json.Marshal(body)
+	if err != nil {
+		return nil, err
+	}
+	bodyReader = bytes.NewReader(buf)
+	return NewCompleteCheckpointRequestWithBody(server, job, id, "application/json", bodyReader)
+}
+
+// NewCompleteCheckpointRequestWithBody constructs an http.Request for the CompleteCheckpoint method, with any body, and a specified content type
+func NewCompleteCheckpointRequestWithBody(server string, job JobName, id CheckpointID, contentType string, body io.Reader) (*http.Request, error) {
+	var err error
+
+	var pathParam0 string
+
+	pathParam0, err = runtime.StyleParamWithOptions("simple", false, "job", job, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
+	if err != nil {
+		return nil, err
+	}
+
+	var pathParam1 string
+
+	pathParam1, err = runtime.StyleParamWithOptions("simple", false, "id", id, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "integer", Format: "int64"})
+	if err != nil {
+		return nil, err
+	}
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/v1/jobs/%s/checkpoints/%s/complete", pathParam0, pathParam1)
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	req, err := http.NewRequest(http.MethodPost, queryURL.String(), body)
+	if err != nil {
+		return nil, err
+	}
+
+	req.Header.Add("Content-Type", contentType)
 
 	return req, nil
 }
@@ -2658,9 +3126,25 @@ type ClientWithResponsesInterface interface {
 	// Corresponds with GET /readyz (the `GetReadyz` operationId).
 	GetReadyzWithResponse(ctx context.Context, reqEditors ...RequestEditorFn) (*GetReadyzResponse, error)
 
+	// ListAuditWithResponse Actions taken by request, newest first.
+	//
+	// Every action taken by request rather than by the protocol itself: job created,
+	// updated or deleted; checkpoint committed, aborted or completed by request; token
+	// created or revoked (admins only). Protocol decisions (votes, deadlines) are not in
+	// it: a checkpoint's `decision_cause` and `decided_by` tell those. `job` keeps the
+	// entries of the jobs a pattern matches.
+	//
+	// Returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with GET /v1/audit (the `ListAudit` operationId).
+	ListAuditWithResponse(ctx context.Context, params *ListAuditParams, reqEditors ...RequestEditorFn) (*ListAuditResponse, error)
+
 	// ListOpenCheckpointsWithResponse Checkpoints across all jobs, oldest first.
 	//
-	// For operators. Defaults to `status=preparing,committing`.
+	// For operators: "find what hangs". Defaults to `status=preparing,committing`. `job`
+	// keeps the jobs a pattern matches (a name, or a prefix ending in `*`), within those
+	// the token may read; `older_than_ms` keeps those opened more than that long ago, by
+	// the database's clock.
 	//
 	// Returns a wrapper object for the known response body format(s).
 	//
@@ -2810,17 +3294,57 @@ type ClientWithResponsesInterface interface {
 	// Corresponds with PUT /v1/jobs/{job}/checkpoints/{id}/acks/{participant} (the `PutAck` operationId).
 	PutAckWithResponse(ctx context.Context, job JobName, id CheckpointID, participant ParticipantName, body PutAckJSONRequestBody, reqEditors ...RequestEditorFn) (*PutAckResponse, error)
 
+	// CommitCheckpointWithBodyWithResponse Decide commit.
+	//
+	// Needs a `prepared` vote from every expected participant (409 `votes_missing`, naming
+	// them in `missing`) and no lower `preparing` checkpoint (409 `lower_checkpoint_open`).
+	// Idempotent on a checkpoint already `committing` or `committed`; 409 `already_decided`
+	// on an aborted one. The body is optional: a `reason`, which the audit records.
+	//
+	// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with POST /v1/jobs/{job}/checkpoints/{id}/commit (the `CommitCheckpoint` operationId).
+	CommitCheckpointWithBodyWithResponse(ctx context.Context, job JobName, id CheckpointID, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*CommitCheckpointResponse, error)
+
 	// CommitCheckpointWithResponse Decide commit.
 	//
 	// Needs a `prepared` vote from every expected participant (409 `votes_missing`, naming
 	// them in `missing`) and no lower `preparing` checkpoint (409 `lower_checkpoint_open`).
 	// Idempotent on a checkpoint already `committing` or `committed`; 409 `already_decided`
-	// on an aborted one. No request body.
+	// on an aborted one. The body is optional: a `reason`, which the audit records.
 	//
-	// Returns a wrapper object for the known response body format(s).
+	// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
 	//
 	// Corresponds with POST /v1/jobs/{job}/checkpoints/{id}/commit (the `CommitCheckpoint` operationId).
-	CommitCheckpointWithResponse(ctx context.Context, job JobName, id CheckpointID, reqEditors ...RequestEditorFn) (*CommitCheckpointResponse, error)
+	CommitCheckpointWithResponse(ctx context.Context, job JobName, id CheckpointID, body CommitCheckpointJSONRequestBody, reqEditors ...RequestEditorFn) (*CommitCheckpointResponse, error)
+
+	// CompleteCheckpointWithBodyWithResponse Settle the acks a participant gone for good will never send.
+	//
+	// On a `committing` checkpoint, records every missing ack as given by the operator
+	// (`acked_by` is the token's name, `operator` without authentication), which makes it
+	// `committed`; on an `aborted` one, the same for every unacked `prepared` vote.
+	// Afterwards nothing of the checkpoint is owed. A `preparing` checkpoint gets 409
+	// `not_decided`; repeating it answers 200 and changes nothing. The body is optional: a
+	// `reason`, which the audit records.
+	//
+	// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with POST /v1/jobs/{job}/checkpoints/{id}/complete (the `CompleteCheckpoint` operationId).
+	CompleteCheckpointWithBodyWithResponse(ctx context.Context, job JobName, id CheckpointID, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*CompleteCheckpointResponse, error)
+
+	// CompleteCheckpointWithResponse Settle the acks a participant gone for good will never send.
+	//
+	// On a `committing` checkpoint, records every missing ack as given by the operator
+	// (`acked_by` is the token's name, `operator` without authentication), which makes it
+	// `committed`; on an `aborted` one, the same for every unacked `prepared` vote.
+	// Afterwards nothing of the checkpoint is owed. A `preparing` checkpoint gets 409
+	// `not_decided`; repeating it answers 200 and changes nothing. The body is optional: a
+	// `reason`, which the audit records.
+	//
+	// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with POST /v1/jobs/{job}/checkpoints/{id}/complete (the `CompleteCheckpoint` operationId).
+	CompleteCheckpointWithResponse(ctx context.Context, job JobName, id CheckpointID, body CompleteCheckpointJSONRequestBody, reqEditors ...RequestEditorFn) (*CompleteCheckpointResponse, error)
 
 	// PutVoteWithBodyWithResponse Record a participant's vote.
 	//
@@ -3123,6 +3647,61 @@ func (r GetReadyzResponse) StatusCode() int {
 
 // ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
 func (r GetReadyzResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
+// ListAuditResponseDefaultHeaders the declared response headers of an HTTP default response for ListAudit
+type ListAuditResponseDefaultHeaders struct {
+	RetryAfter *int
+}
+
+type ListAuditResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON200 the response for an HTTP 200 `application/json` response
+	JSON200 *AuditList
+	// ApplicationproblemJSONDefault the response for an HTTP default `application/problem+json` response
+	ApplicationproblemJSONDefault *Problem
+	// HeadersDefault the parsed response headers for an HTTP default response
+	HeadersDefault *ListAuditResponseDefaultHeaders
+}
+
+// GetJSON200 returns the response for an HTTP 200 `application/json` response
+func (r ListAuditResponse) GetJSON200() *AuditList {
+	return r.JSON200
+}
+
+// GetApplicationproblemJSONDefault returns the response for an HTTP default `application/problem+json` response
+func (r ListAuditResponse) GetApplicationproblemJSONDefault() *Problem {
+	return r.ApplicationproblemJSONDefault
+}
+
+// GetBody returns the raw response body bytes
+func (r ListAuditResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r ListAuditResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r ListAuditResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r ListAuditResponse) ContentType() string {
 	if r.HTTPResponse != nil {
 		return r.HTTPResponse.Header.Get("Content-Type")
 	}
@@ -3789,6 +4368,61 @@ func (r CommitCheckpointResponse) ContentType() string {
 	return ""
 }
 
+// CompleteCheckpointResponseDefaultHeaders the declared response headers of an HTTP default response for CompleteCheckpoint
+type CompleteCheckpointResponseDefaultHeaders struct {
+	RetryAfter *int
+}
+
+type CompleteCheckpointResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON200 the response for an HTTP 200 `application/json` response
+	JSON200 *Checkpoint
+	// ApplicationproblemJSONDefault the response for an HTTP default `application/problem+json` response
+	ApplicationproblemJSONDefault *Problem
+	// HeadersDefault the parsed response headers for an HTTP default response
+	HeadersDefault *CompleteCheckpointResponseDefaultHeaders
+}
+
+// GetJSON200 returns the response for an HTTP 200 `application/json` response
+func (r CompleteCheckpointResponse) GetJSON200() *Checkpoint {
+	return r.JSON200
+}
+
+// GetApplicationproblemJSONDefault returns the response for an HTTP default `application/problem+json` response
+func (r CompleteCheckpointResponse) GetApplicationproblemJSONDefault() *Problem {
+	return r.ApplicationproblemJSONDefault
+}
+
+// GetBody returns the raw response body bytes
+func (r CompleteCheckpointResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r CompleteCheckpointResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r CompleteCheckpointResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r CompleteCheckpointResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
 // PutVoteResponseDefaultHeaders the declared response headers of an HTTP default response for PutVote
 type PutVoteResponseDefaultHeaders struct {
 	RetryAfter *int
@@ -4243,9 +4877,31 @@ func (c *ClientWithResponses) GetReadyzWithResponse(ctx context.Context, reqEdit
 	return ParseGetReadyzResponse(rsp)
 }
 
+// ListAuditWithResponse Actions taken by request, newest first.
+//
+// Every action taken by request rather than by the protocol itself: job created,
+// updated or deleted; checkpoint committed, aborted or completed by request; token
+// created or revoked (admins only). Protocol decisions (votes, deadlines) are not in
+// it: a checkpoint's `decision_cause` and `decided_by` tell those. `job` keeps the
+// entries of the jobs a pattern matches.
+//
+// Returns a wrapper object for the known response body format(s).
+//
+// Corresponds with GET /v1/audit (the `ListAudit` operationId).
+func (c *ClientWithResponses) ListAuditWithResponse(ctx context.Context, params *ListAuditParams, reqEditors ...RequestEditorFn) (*ListAuditResponse, error) {
+	rsp, err := c.ListAudit(ctx, params, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseListAuditResponse(rsp)
+}
+
 // ListOpenCheckpointsWithResponse Checkpoints across all jobs, oldest first.
 //
-// For operators. Defaults to `status=preparing,committing`.
+// For operators: "find what hangs". Defaults to `status=preparing,committing`. `job`
+// keeps the jobs a pattern matches (a name, or a prefix ending in `*`), within those
+// the token may read; `older_than_ms` keeps those opened more than that long ago, by
+// the database's clock.
 //
 // Returns a wrapper object for the known response body format(s).
 //
@@ -4485,22 +5141,80 @@ func (c *ClientWithResponses) PutAckWithResponse(ctx context.Context, job JobNam
 	return ParsePutAckResponse(rsp)
 }
 
+// CommitCheckpointWithBodyWithResponse Decide commit.
+//
+// Needs a `prepared` vote from every expected participant (409 `votes_missing`, naming
+// them in `missing`) and no lower `preparing` checkpoint (409 `lower_checkpoint_open`).
+// Idempotent on a checkpoint already `committing` or `committed`; 409 `already_decided`
+// on an aborted one. The body is optional: a `reason`, which the audit records.
+//
+// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
+//
+// Corresponds with POST /v1/jobs/{job}/checkpoints/{id}/commit (the `CommitCheckpoint` operationId).
+func (c *ClientWithResponses) CommitCheckpointWithBodyWithResponse(ctx context.Context, job JobName, id CheckpointID, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*CommitCheckpointResponse, error) {
+	rsp, err := c.CommitCheckpointWithBody(ctx, job, id, contentType, body, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseCommitCheckpointResponse(rsp)
+}
+
 // CommitCheckpointWithResponse Decide commit.
 //
 // Needs a `prepared` vote from every expected participant (409 `votes_missing`, naming
 // them in `missing`) and no lower `preparing` checkpoint (409 `lower_checkpoint_open`).
 // Idempotent on a checkpoint already `committing` or `committed`; 409 `already_decided`
-// on an aborted one. No request body.
+// on an aborted one. The body is optional: a `reason`, which the audit records.
 //
-// Returns a wrapper object for the known response body format(s).
+// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
 //
 // Corresponds with POST /v1/jobs/{job}/checkpoints/{id}/commit (the `CommitCheckpoint` operationId).
-func (c *ClientWithResponses) CommitCheckpointWithResponse(ctx context.Context, job JobName, id CheckpointID, reqEditors ...RequestEditorFn) (*CommitCheckpointResponse, error) {
-	rsp, err := c.CommitCheckpoint(ctx, job, id, reqEditors...)
+func (c *ClientWithResponses) CommitCheckpointWithResponse(ctx context.Context, job JobName, id CheckpointID, body CommitCheckpointJSONRequestBody, reqEditors ...RequestEditorFn) (*CommitCheckpointResponse, error) {
+	rsp, err := c.CommitCheckpoint(ctx, job, id, body, reqEditors...)
 	if err != nil {
 		return nil, err
 	}
 	return ParseCommitCheckpointResponse(rsp)
+}
+
+// CompleteCheckpointWithBodyWithResponse Settle the acks a participant gone for good will never send.
+//
+// On a `committing` checkpoint, records every missing ack as given by the operator
+// (`acked_by` is the token's name, `operator` without authentication), which makes it
+// `committed`; on an `aborted` one, the same for every unacked `prepared` vote.
+// Afterwards nothing of the checkpoint is owed. A `preparing` checkpoint gets 409
+// `not_decided`; repeating it answers 200 and changes nothing. The body is optional: a
+// `reason`, which the audit records.
+//
+// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
+//
+// Corresponds with POST /v1/jobs/{job}/checkpoints/{id}/complete (the `CompleteCheckpoint` operationId).
+func (c *ClientWithResponses) CompleteCheckpointWithBodyWithResponse(ctx context.Context, job JobName, id CheckpointID, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*CompleteCheckpointResponse, error) {
+	rsp, err := c.CompleteCheckpointWithBody(ctx, job, id, contentType, body, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseCompleteCheckpointResponse(rsp)
+}
+
+// CompleteCheckpointWithResponse Settle the acks a participant gone for good will never send.
+//
+// On a `committing` checkpoint, records every missing ack as given by the operator
+// (`acked_by` is the token's name, `operator` without authentication), which makes it
+// `committed`; on an `aborted` one, the same for every unacked `prepared` vote.
+// Afterwards nothing of the checkpoint is owed. A `preparing` checkpoint gets 409
+// `not_decided`; repeating it answers 200 and changes nothing. The body is optional: a
+// `reason`, which the audit records.
+//
+// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
+//
+// Corresponds with POST /v1/jobs/{job}/checkpoints/{id}/complete (the `CompleteCheckpoint` operationId).
+func (c *ClientWithResponses) CompleteCheckpointWithResponse(ctx context.Context, job JobName, id CheckpointID, body CompleteCheckpointJSONRequestBody, reqEditors ...RequestEditorFn) (*CompleteCheckpointResponse, error) {
+	rsp, err := c.CompleteCheckpoint(ctx, job, id, body, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseCompleteCheckpointResponse(rsp)
 }
 
 // PutVoteWithBodyWithResponse Record a participant's vote.
@@ -4814,6 +5528,52 @@ func ParseGetReadyzResponse(rsp *http.Response) (*GetReadyzResponse, error) {
 	switch {
 	case true:
 		var headers GetReadyzResponseDefaultHeaders
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = &value
+		}
+		response.HeadersDefault = &headers
+	}
+
+	return response, nil
+}
+
+// ParseListAuditResponse parses an HTTP response from a ListAuditWithResponse call
+func ParseListAuditResponse(rsp *http.Response) (*ListAuditResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &ListAuditResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
+		var dest AuditList
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON200 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && true:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSONDefault = &dest
+
+	}
+
+	switch {
+	case true:
+		var headers ListAuditResponseDefaultHeaders
 		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
 			var value int
 			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "integer", Format: ""}); err != nil {
@@ -5369,6 +6129,52 @@ func ParseCommitCheckpointResponse(rsp *http.Response) (*CommitCheckpointRespons
 	switch {
 	case true:
 		var headers CommitCheckpointResponseDefaultHeaders
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = &value
+		}
+		response.HeadersDefault = &headers
+	}
+
+	return response, nil
+}
+
+// ParseCompleteCheckpointResponse parses an HTTP response from a CompleteCheckpointWithResponse call
+func ParseCompleteCheckpointResponse(rsp *http.Response) (*CompleteCheckpointResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &CompleteCheckpointResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
+		var dest Checkpoint
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON200 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && true:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSONDefault = &dest
+
+	}
+
+	switch {
+	case true:
+		var headers CompleteCheckpointResponseDefaultHeaders
 		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
 			var value int
 			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "integer", Format: ""}); err != nil {

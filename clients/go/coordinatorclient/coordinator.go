@@ -394,12 +394,37 @@ func (c *Coordinator) Ack(ctx context.Context, job string, id int64, participant
 	return out, err
 }
 
-// Commit decides commit (for jobs without auto_commit). It returns ErrAlreadyDecided on an
-// aborted checkpoint; other refusals (votes_missing, lower_checkpoint_open) as *APIError.
-func (c *Coordinator) Commit(ctx context.Context, job string, id int64) (*Checkpoint, error) {
+// Commit decides commit (for jobs without auto_commit); reason, if not empty, goes to the
+// audit. It returns ErrAlreadyDecided on an aborted checkpoint; other refusals
+// (votes_missing, lower_checkpoint_open) as *APIError.
+func (c *Coordinator) Commit(ctx context.Context, job string, id int64, reason string) (*Checkpoint, error) {
+	var body CommitRequest
+	if reason != "" {
+		body.Reason = &reason
+	}
 	var out *Checkpoint
 	err := c.do(ctx, fmt.Sprintf("commit %s/%d", job, id), 0, func(ctx context.Context) (outcome, error) {
-		r, err := c.client.CommitCheckpointWithResponse(ctx, job, id)
+		r, err := c.client.CommitCheckpointWithResponse(ctx, job, id, body)
+		if err != nil {
+			return outcome{}, err
+		}
+		out = r.JSON200
+		return outcome{r.HTTPResponse, r.ApplicationproblemJSONDefault, out != nil}, nil
+	})
+	return out, err
+}
+
+// Complete settles, as an operator, the acks that participants gone for good will never
+// send (see POST .../complete in openapi.yaml); reason, if not empty, goes to the audit. It
+// returns ErrNotDecided on a preparing checkpoint.
+func (c *Coordinator) Complete(ctx context.Context, job string, id int64, reason string) (*Checkpoint, error) {
+	var body CompleteRequest
+	if reason != "" {
+		body.Reason = &reason
+	}
+	var out *Checkpoint
+	err := c.do(ctx, fmt.Sprintf("complete %s/%d", job, id), 0, func(ctx context.Context) (outcome, error) {
+		r, err := c.client.CompleteCheckpointWithResponse(ctx, job, id, body)
 		if err != nil {
 			return outcome{}, err
 		}

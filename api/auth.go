@@ -69,7 +69,7 @@ var routeAccess = map[string]access{
 	"POST /v1/jobs/{job}/checkpoints/{id}/abort":              accessAbort,
 	"PUT /v1/jobs/{job}/checkpoints/{id}/acks/{participant}":  accessAsParticipant,
 	"POST /v1/jobs/{job}/checkpoints/{id}/complete":           accessOperate,
-	"GET /v1/audit":                                           accessAudit,
+	"GET /v1/audit":            accessAudit,
 	"POST /v1/tokens":          accessAdmin,
 	"GET /v1/tokens":           accessAdmin,
 	"GET /v1/tokens/{name}":    accessAdmin,

@@ -230,7 +230,7 @@ type CheckpointQuery struct {
 	// OlderThan, when positive, keeps (across jobs) the checkpoints opened more than that
 	// long ago by the database's clock.
 	OlderThan time.Duration
-	Statuses []Status
+	Statuses  []Status
 	// After is the position to continue from, exclusive; 0 starts at the beginning. Within
 	// a job (newest first) it is a checkpoint id, and the page holds lower ids. Across jobs
 	// (oldest first) it is a Checkpoint.Seq, and the page holds higher ones.

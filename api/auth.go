@@ -43,6 +43,8 @@ const (
 	accessAdmin
 	// accessAudit needs operator on some jobs (it sees their entries) or admin.
 	accessAudit
+	// accessMetrics needs a token that reads every job: metrics cover them all.
+	accessMetrics
 )
 
 // routeAccess is the authorisation table: every route of openapi.yaml, by method (HEAD is
@@ -70,6 +72,7 @@ var routeAccess = map[string]access{
 	"PUT /v1/jobs/{job}/checkpoints/{id}/acks/{participant}":  accessAsParticipant,
 	"POST /v1/jobs/{job}/checkpoints/{id}/complete":           accessOperate,
 	"GET /v1/audit":            accessAudit,
+	"GET /metrics":             accessMetrics,
 	"POST /v1/tokens":          accessAdmin,
 	"GET /v1/tokens":           accessAdmin,
 	"GET /v1/tokens/{name}":    accessAdmin,
@@ -220,6 +223,11 @@ func authorize(r *http.Request) error {
 			return nil
 		}
 		return forbidden("this request needs the admin scope")
+	case accessMetrics:
+		if p.ReadsMetrics() {
+			return nil
+		}
+		return forbidden("the metrics cover every job: reading them needs a token whose job pattern is *")
 	case accessAudit:
 		if p.Admin() || p.Token().Has(coordinator.ScopeOperator) {
 			return nil

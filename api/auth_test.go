@@ -205,6 +205,7 @@ func testEveryRouteWithEveryScope(t *testing.T) {
 			{"PUT", cp + "/acks/sink-a", fmt.Sprintf(`{"epoch":%d}`, epochA), []string{"sink-a", "admin"}},
 			{"POST", cp + "/complete", `{"reason":"gone"}`, []string{"operator", "admin"}},
 			{"GET", "/v1/audit", "", []string{"operator", "operator-other", "admin"}},
+			{"GET", "/metrics", "", []string{"reader-all", "admin"}},
 			{"POST", "/v1/tokens", `{"name":"new-` + job + `","scopes":["read"],"job":"*"}`, []string{"admin"}},
 			{"GET", "/v1/tokens", "", []string{"admin"}},
 			{"GET", "/v1/tokens/" + victim, "", []string{"admin"}},

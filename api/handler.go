@@ -17,6 +17,7 @@ import (
 	"github.com/go-chi/chi/v5/middleware"
 
 	"github.com/twophase/coordinator/coordinator"
+	"github.com/twophase/coordinator/metrics"
 )
 
 // DefaultMaxBodyBytes is the request body limit when Options.MaxBodyBytes is not set.
@@ -53,6 +54,9 @@ type Options struct {
 	Auth *coordinator.Authenticator
 	// Tokens serves /v1/tokens; nil, or authentication off, refuses those routes.
 	Tokens *coordinator.Tokens
+	// Metrics counts every request by route template, method and status, and serves
+	// GET /metrics; nil answers that route 404.
+	Metrics *metrics.Metrics
 	// MaxWaiters bounds the requests that may wait on purpose (long-polls) held at once;
 	// past it they get 503 unavailable with Retry-After. 0 means no bound.
 	MaxWaiters int
@@ -63,7 +67,7 @@ type Options struct {
 // request, the strict input check, and problem+json answers for every error, including
 // unknown routes, wrong methods, bad parameters and panics.
 func NewHandler(svc *coordinator.Service, opts Options) http.Handler {
-	srv := &server{svc: svc, build: opts.Build}
+	srv := &server{svc: svc, build: opts.Build, metrics: opts.Metrics}
 	if opts.Auth != nil {
 		srv.tokens = opts.Tokens
 	}
@@ -83,7 +87,7 @@ func newHandler(ssi StrictServerInterface, opts Options) http.Handler {
 	r := chi.NewRouter()
 	// GetHead answers HEAD on every GET route as GET without its body (RFC 9110 9.3.2:
 	// load balancers and monitors probe /healthz with HEAD).
-	r.Use(withRequestID, accessLog(opts.Logger), recoverer(pw), guards(opts, pw), authenticate(opts.Auth, pw), middleware.GetHead)
+	r.Use(withRequestID, accessLog(opts.Logger, opts.Metrics), recoverer(pw), guards(opts, pw), authenticate(opts.Auth, pw), middleware.GetHead)
 	r.NotFound(pw.notFound)
 	r.MethodNotAllowed(methodNotAllowed(r, pw))
 
@@ -210,7 +214,7 @@ func withRequestID(next http.Handler) http.Handler {
 }
 
 // accessLog logs one line per request once it is answered.
-func accessLog(logger *slog.Logger) func(http.Handler) http.Handler {
+func accessLog(logger *slog.Logger, m *metrics.Metrics) func(http.Handler) http.Handler {
 	return func(next http.Handler) http.Handler {
 		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 			start := time.Now()
@@ -219,6 +223,10 @@ func accessLog(logger *slog.Logger) func(http.Handler) http.Handler {
 				status := ww.Status()
 				if status == 0 {
 					status = http.StatusOK
+				}
+				if m != nil {
+					// The route template, never the path: no label takes a name or an id.
+					m.Request(routePattern(r), r.Method, status, time.Since(start))
 				}
 				// Reads are the bulk of the traffic (long-polls, pending, probes): logged at
 				// debug unless they fail; changes at info.

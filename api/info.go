@@ -2,8 +2,10 @@ package api
 
 import (
 	"context"
+	"net/http"
 
 	"github.com/twophase/coordinator/coordinator"
+	"github.com/twophase/coordinator/metrics"
 )
 
 // BuildInfo is what GET /v1/info tells about the running build and its store. The wiring
@@ -42,4 +44,21 @@ func (s *server) GetInfo(ctx context.Context, _ GetInfoRequestObject) (GetInfoRe
 		SchemaVersion:  int(schema),
 		SchemaExpected: int(b.SchemaExpected),
 	}), nil
+}
+
+// GetMetrics answers the Prometheus text format.
+func (s *server) GetMetrics(ctx context.Context, _ GetMetricsRequestObject) (GetMetricsResponseObject, error) {
+	if s.metrics == nil {
+		return nil, &requestError{code: codeNotFound, detail: "this coordinator serves no metrics"}
+	}
+	return metricsResponse{s.metrics}, nil
+}
+
+type metricsResponse struct{ m *metrics.Metrics }
+
+func (r metricsResponse) VisitGetMetricsResponse(w http.ResponseWriter) error {
+	w.Header().Set("Content-Type", metrics.ContentType())
+	w.WriteHeader(http.StatusOK)
+	_, err := r.m.WriteText(w)
+	return err
 }

@@ -153,7 +153,7 @@ func TestProblemKindsAreComplete(t *testing.T) {
 func TestProblemAfterResponseBegan(t *testing.T) {
 	t.Parallel()
 	var logs bytes.Buffer
-	h := accessLog(slog.New(slog.DiscardHandler))(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	h := accessLog(slog.New(slog.DiscardHandler), nil)(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		w.WriteHeader(http.StatusOK)
 		_, _ = w.Write([]byte(`{"partial":`))
 		(&problemWriter{logger: slog.New(slog.NewTextHandler(&logs, nil))}).write(w, r, errors.New("encoder broke"))

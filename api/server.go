@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/twophase/coordinator/coordinator"
+	"github.com/twophase/coordinator/metrics"
 )
 
 // server implements the generated StrictServerInterface on a coordinator.Service. Each
@@ -24,6 +25,7 @@ type server struct {
 	svc          *coordinator.Service
 	build        *BuildInfo          // for GET /v1/info; nil: not known
 	tokens       *coordinator.Tokens // for /v1/tokens; nil: authentication is off
+	metrics      *metrics.Metrics    // for /metrics; nil: not served
 }
 
 var _ StrictServerInterface = (*server)(nil)

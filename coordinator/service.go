@@ -19,6 +19,7 @@ type Service struct {
 	closeOnce sync.Once
 	// maxCheckpointBytes is JobState.MaxCheckpointBytes.
 	maxCheckpointBytes int64
+	observer           Observer
 }
 
 // NewService returns a Service on store. A nil logger discards.
@@ -26,7 +27,8 @@ func NewService(store Store, logger *slog.Logger, opts ...ServiceOption) *Servic
 	if logger == nil {
 		logger = slog.New(slog.DiscardHandler)
 	}
-	s := &Service{store: store, logger: logger, closing: make(chan struct{}), maxCheckpointBytes: DefaultMaxCheckpointBytes}
+	s := &Service{store: store, logger: logger, closing: make(chan struct{}), maxCheckpointBytes: DefaultMaxCheckpointBytes,
+		observer: noObserver{}}
 	for _, o := range opts {
 		o(s)
 	}
@@ -373,9 +375,17 @@ func (s *Service) Vote(ctx context.Context, job string, id int64, participant st
 	if err != nil {
 		return nil, err
 	}
-	return s.onCheckpoint(ctx, job, id, func(st *JobState, cp *Checkpoint) error {
-		return st.Vote(cp, participant, v)
+	var recorded bool
+	cp, err := s.onCheckpoint(ctx, job, id, func(st *JobState, cp *Checkpoint) error {
+		n := len(st.Mutation.Votes)
+		err := st.Vote(cp, participant, v)
+		recorded = len(st.Mutation.Votes) > n
+		return err
 	})
+	if r := voteResult(err, recorded); r != "" {
+		s.observer.Voted(job, v.Kind, r)
+	}
+	return cp, err
 }
 
 // Commit decides commit for a checkpoint whose votes are all prepared. reason, if any, goes
@@ -485,9 +495,17 @@ func (s *Service) Ack(ctx context.Context, job string, id int64, participant str
 	if err := ValidateAck(job, id, participant, epoch); err != nil {
 		return nil, err
 	}
-	return s.onCheckpoint(ctx, job, id, func(st *JobState, cp *Checkpoint) error {
-		return st.Ack(cp, participant, epoch)
+	var recorded bool
+	cp, err := s.onCheckpoint(ctx, job, id, func(st *JobState, cp *Checkpoint) error {
+		n := len(st.Mutation.Acks)
+		err := st.Ack(cp, participant, epoch)
+		recorded = len(st.Mutation.Acks) > n
+		return err
 	})
+	if r := ackResult(err, recorded); r != "" {
+		s.observer.Acked(job, r)
+	}
+	return cp, err
 }
 
 // onCheckpoint runs one rule on checkpoint id of job (see update). The checkpoint is
@@ -517,12 +535,15 @@ func (s *Service) onCheckpoint(ctx context.Context, job string, id int64, rule f
 // if decide refuses the request. checkpoint, when not 0, is the one decide is about (a
 // store may read it with the job).
 func (s *Service) update(ctx context.Context, job string, checkpoint int64, decide func(*JobState, JobTx) error) error {
-	return s.store.Update(ctx, job, checkpoint, func(tx JobTx) error {
+	// The store may run fn more than once; the last run is the one it committed.
+	var last *JobState
+	err := s.store.Update(ctx, job, checkpoint, func(tx JobTx) error {
 		preparing, err := tx.Preparing(ctx)
 		if err != nil {
 			return err
 		}
 		st := &JobState{Now: tx.Now(), Job: tx.Job(), Preparing: preparing, By: actorOf(ctx), MaxCheckpointBytes: s.maxCheckpointBytes}
+		last = st
 		st.Expire()
 		decideErr := decide(st, tx)
 		if decideErr != nil && !IsRejection(decideErr) {
@@ -533,6 +554,10 @@ func (s *Service) update(ctx context.Context, job string, checkpoint int64, deci
 		}
 		return decideErr
 	})
+	if last != nil && (err == nil || IsRejection(err)) && !last.Mutation.Empty() {
+		s.observer.Changed(job, last.Now, &last.Mutation)
+	}
+	return err
 }
 
 // SweepExpired aborts every checkpoint whose deadline passed, on every job, and returns

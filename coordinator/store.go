@@ -33,6 +33,10 @@ type Store interface {
 	PutJob(ctx context.Context, name string, cfg JobConfig, audit *AuditEntry) (job *Job, created bool, err error)
 	// ListAudit returns audit entries as q selects them, newest first.
 	ListAudit(ctx context.Context, q AuditQuery) ([]*AuditEntry, error)
+	// Stats reads the facts of the database that metrics show: the open checkpoints by job
+	// and status, and each job's last committed checkpoint. Its cost grows with the jobs and
+	// the open checkpoints, never with history.
+	Stats(ctx context.Context) (*Stats, error)
 	// GetJob returns the job with LastCheckpoint and LastCommitted filled.
 	GetJob(ctx context.Context, name string) (*Job, error)
 	// ListJobs returns up to limit jobs that pattern matches (empty: every job) with names
@@ -86,4 +90,22 @@ type JobTx interface {
 	// commits. m.Opened.Seq is assigned by the time the update has committed (not
 	// necessarily on return). A store may keep m until then: the caller does not change it.
 	Apply(ctx context.Context, m *Mutation) error
+}
+
+// Stats are the facts of the database that every coordinator on it reports alike.
+type Stats struct {
+	// Open has one entry per job and open status (preparing, committing) with any checkpoint.
+	Open []OpenCheckpoints
+	// LastCommitted is each job's highest checkpoint id decided commit; jobs without one are
+	// left out.
+	LastCommitted map[string]int64
+}
+
+// OpenCheckpoints counts a job's checkpoints in one open status.
+type OpenCheckpoints struct {
+	Job    string
+	Status Status
+	Count  int64
+	// Oldest is when the oldest of them opened.
+	Oldest time.Time
 }

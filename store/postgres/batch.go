@@ -62,6 +62,13 @@ var errOutcomeUnknown = errors.New("postgres: commit outcome unknown")
 // which every update it ran has been answered. Either way it returns the updates it took.
 func (c *committer) commit(ops []*groupcommit.Op, join, useCache bool) (_, deferred []*groupcommit.Op, err error) {
 	began := time.Now()
+	if observe := c.store.observe; observe != nil {
+		defer func() {
+			if err == nil {
+				observe(time.Since(began))
+			}
+		}()
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), batchTimeout)
 	defer cancel()
 	pooled, err := c.store.pool.Acquire(ctx)

@@ -402,3 +402,18 @@ const listAuditSQL = `SELECT ` + auditColumns + ` FROM audit
 	WHERE ($3 = 0 OR id < $3)
 	  AND (job IS NULL AND $2 OR job IS NOT NULL AND starts_with(job, $1) AND ($5 = '' OR job = $5))
 	ORDER BY id DESC LIMIT $4`
+
+// Statistics
+
+// openStatsSQL counts the open checkpoints by job and status, with the oldest's opening,
+// from the partial index of open checkpoints: its cost grows with what is open, not with
+// history.
+const openStatsSQL = `SELECT job, status, count(*), min(created_at) FROM checkpoints
+	WHERE status IN ('preparing', 'committing') GROUP BY job, status`
+
+// lastCommittedStatsSQL reads each job's last committed checkpoint: one descent of the
+// primary key per job, from its newest checkpoint down to the first decided commit.
+const lastCommittedStatsSQL = `SELECT j.name, c.id FROM jobs j
+	CROSS JOIN LATERAL (SELECT c.id FROM checkpoints c
+		WHERE c.job = j.name AND c.status IN ('committing', 'committed') ORDER BY c.id DESC LIMIT 1) c
+	WHERE NOT j.deleted`

@@ -41,6 +41,8 @@ type Options struct {
 	// MaxBatch bounds how many updates one group commit takes (default 64).
 	MaxBatch int
 	Logger   *slog.Logger
+	// ObserveCommit, when set, is told how long each group commit that committed took.
+	ObserveCommit func(time.Duration)
 }
 
 // Store implements coordinator.Store on PostgreSQL.
@@ -54,6 +56,7 @@ type Store struct {
 	listened  chan struct{}
 	origin    string             // this process's name in announcements
 	health    writehealth.Record // what the writes met, for Ready
+	observe   func(time.Duration)
 }
 
 var _ coordinator.Store = (*Store)(nil)
@@ -79,7 +82,7 @@ func Open(ctx context.Context, url string, opts Options) (*Store, error) {
 		return nil, fmt.Errorf("open database pool: %w", err)
 	}
 	lctx, cancel := context.WithCancel(context.Background())
-	s := &Store{pool: pool, logger: opts.Logger, cancel: cancel, listened: make(chan struct{}), origin: rand.Text(),
+	s := &Store{pool: pool, logger: opts.Logger, cancel: cancel, listened: make(chan struct{}), origin: rand.Text(), observe: opts.ObserveCommit,
 		health: writehealth.Record{Classify: storageFailure}}
 	s.committer = newCommitter(s, opts.Writers, opts.MaxBatch)
 	go s.listen(lctx, cfg.ConnConfig.Copy())

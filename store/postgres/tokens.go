@@ -165,3 +165,45 @@ func deref(s *string) string {
 	}
 	return *s
 }
+
+// Stats implements coordinator.Store, in one read-only transaction.
+func (s *Store) Stats(ctx context.Context) (*coordinator.Stats, error) {
+	out := &coordinator.Stats{LastCommitted: map[string]int64{}}
+	err := pgx.BeginTxFunc(ctx, s.pool, pgx.TxOptions{AccessMode: pgx.ReadOnly, IsoLevel: pgx.RepeatableRead}, func(tx pgx.Tx) error {
+		rows, err := tx.Query(ctx, openStatsSQL)
+		if err != nil {
+			return err
+		}
+		for rows.Next() {
+			var o coordinator.OpenCheckpoints
+			var status string
+			if err := rows.Scan(&o.Job, &status, &o.Count, &o.Oldest); err != nil {
+				rows.Close()
+				return err
+			}
+			o.Status, o.Oldest = coordinator.Status(status), o.Oldest.UTC()
+			out.Open = append(out.Open, o)
+		}
+		if err := rows.Err(); err != nil {
+			return err
+		}
+		rows, err = tx.Query(ctx, lastCommittedStatsSQL)
+		if err != nil {
+			return err
+		}
+		defer rows.Close()
+		for rows.Next() {
+			var job string
+			var id int64
+			if err := rows.Scan(&job, &id); err != nil {
+				return err
+			}
+			out.LastCommitted[job] = id
+		}
+		return rows.Err()
+	})
+	if err != nil {
+		return nil, translate(fmt.Errorf("read statistics: %w", err))
+	}
+	return out, nil
+}

@@ -52,9 +52,17 @@ func (s *Store) write() {
 }
 
 // commit runs the updates in one transaction and, once it committed, answers them.
-func (s *Store) commit(ops []*groupcommit.Op) error {
+func (s *Store) commit(ops []*groupcommit.Op) (err error) {
 	if len(ops) == 0 {
 		return nil
+	}
+	if observe := s.observe; observe != nil {
+		began := time.Now()
+		defer func() {
+			if err == nil {
+				observe(time.Since(began))
+			}
+		}()
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), batchTimeout)
 	defer cancel()

@@ -268,3 +268,14 @@ const listAuditSQL = `SELECT id, at, action, job, checkpoint, token, subject, re
 	WHERE (?3 = 0 OR id < ?3)
 	  AND (job IS NULL AND ?2 OR job IS NOT NULL AND substr(job, 1, length(?1)) = ?1 AND (?5 = '' OR job = ?5))
 	ORDER BY id DESC LIMIT ?4`
+
+// Statistics
+
+// openStatsSQL counts the open checkpoints by job and status, with the oldest's opening; no parameters.
+const openStatsSQL = `SELECT job, status, count(*), min(created_at) FROM checkpoints
+	WHERE status IN ('preparing', 'committing') GROUP BY job, status`
+
+// lastCommittedStatsSQL selects each job's last committed checkpoint; no parameters.
+const lastCommittedStatsSQL = `SELECT j.name, (SELECT max(c.id) FROM checkpoints c
+		WHERE c.job = j.name AND c.status IN ('committing', 'committed')) AS id
+	FROM jobs j WHERE NOT j.deleted AND id IS NOT NULL`

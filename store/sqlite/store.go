@@ -66,6 +66,8 @@ type Options struct {
 	// ReadConns bounds the pool of read-only connections (default: the number of
 	// CPUs, at least 4).
 	ReadConns int
+	// ObserveCommit, when set, is told how long each group commit that committed took.
+	ObserveCommit func(time.Duration)
 }
 
 // Store implements coordinator.Store on a SQLite database in a data directory.
@@ -78,10 +80,11 @@ type Store struct {
 	logger *slog.Logger
 	broker coordinator.Broker
 
-	queue   *groupcommit.Queue // updates for the writer (committer.go)
-	stop    chan struct{}      // closed by Close
-	written chan struct{}      // closed when the writer has stopped
-	health  writehealth.Record // what the writes met, for Ready
+	queue   *groupcommit.Queue  // updates for the writer (committer.go)
+	stop    chan struct{}       // closed by Close
+	written chan struct{}       // closed when the writer has stopped
+	health  writehealth.Record  // what the writes met, for Ready
+	observe func(time.Duration) // Options.ObserveCommit
 
 	closeOnce sync.Once
 	closed    atomic.Bool
@@ -113,7 +116,8 @@ func Open(ctx context.Context, dataDir string, opts Options) (*Store, error) {
 		return nil, err
 	}
 	s := &Store{health: writehealth.Record{Classify: storageFailure}, dir: dir, path: filepath.Join(dir, DatabaseFileName), lock: lock, logger: opts.Logger,
-		stop: make(chan struct{}), written: make(chan struct{})}
+		observe: opts.ObserveCommit,
+		stop:    make(chan struct{}), written: make(chan struct{})}
 	s.queue = groupcommit.NewQueue(s.stop)
 	if err := s.open(ctx, opts); err != nil {
 		s.release()

@@ -186,3 +186,49 @@ func auditArgs(e *coordinator.AuditEntry) []any {
 	}
 	return []any{at.UnixMicro(), string(e.Action), nullable(e.Job), checkpoint, nullable(e.Token), nullable(e.Subject), nullable(e.Reason), nullable(e.RequestID)}
 }
+
+// Stats implements coordinator.Store, on one snapshot.
+func (s *Store) Stats(ctx context.Context) (*coordinator.Stats, error) {
+	if err := s.checkOpen(); err != nil {
+		return nil, err
+	}
+	out := &coordinator.Stats{LastCommitted: map[string]int64{}}
+	err := s.readTx(ctx, func(tx *sql.Tx) error {
+		rows, err := tx.QueryContext(ctx, openStatsSQL)
+		if err != nil {
+			return err
+		}
+		for rows.Next() {
+			var o coordinator.OpenCheckpoints
+			var status string
+			var oldest int64
+			if err := rows.Scan(&o.Job, &status, &o.Count, &oldest); err != nil {
+				rows.Close()
+				return err
+			}
+			o.Status, o.Oldest = coordinator.Status(status), fromMicros(oldest)
+			out.Open = append(out.Open, o)
+		}
+		if err := rows.Err(); err != nil {
+			return err
+		}
+		rows, err = tx.QueryContext(ctx, lastCommittedStatsSQL)
+		if err != nil {
+			return err
+		}
+		defer rows.Close()
+		for rows.Next() {
+			var job string
+			var id int64
+			if err := rows.Scan(&job, &id); err != nil {
+				return err
+			}
+			out.LastCommitted[job] = id
+		}
+		return rows.Err()
+	})
+	if err != nil {
+		return nil, translate(fmt.Errorf("read statistics: %w", err))
+	}
+	return out, nil
+}

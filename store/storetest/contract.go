@@ -51,6 +51,7 @@ func runContract(t *testing.T, o opener) {
 		{"ListJobs/Pattern", testListJobsPattern},
 		{"ListCheckpoints/Pattern", testListCheckpointsPattern},
 		{"Tokens/RoundTrip", testTokensRoundTrip},
+		{"Stats", testStats},
 		{"Tokens/NameAndDigestUnique", testTokensUnique},
 		{"Tokens/DeleteAndVersion", testTokensDeleteAndVersion},
 		{"Tokens/ListPages", testTokensListPages},

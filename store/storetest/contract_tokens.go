@@ -3,6 +3,7 @@ package storetest
 import (
 	"bytes"
 	"errors"
+	"fmt"
 	"slices"
 	"testing"
 	"time"
@@ -241,5 +242,45 @@ func testTokensListPages(t *testing.T, b *bundle) {
 	}
 	if !slices.Equal(paged, want) {
 		t.Fatalf("ListTokens page by page = %v, want %v", paged, want)
+	}
+}
+
+func testStats(t *testing.T, b *bundle) {
+	st, err := b.store.Stats(b.ctx)
+	if err != nil || len(st.Open) != 0 || len(st.LastCommitted) != 0 {
+		t.Fatalf("Stats of an empty store: %+v, %v", st, err)
+	}
+	b.putJob("a", withMax(config("p"), 5))
+	b.putJob("b", config("p"))
+	b.putJob("idle", config("p"))
+	b.insert("a", nil)
+	b.insert("a", nil)
+	b.insert("a", nil)
+	b.insert("a", nil)
+	b.insert("b", nil)
+	b.decide("a", 1, coordinator.StatusCommitted, "")
+	b.decide("a", 2, coordinator.StatusCommitting, "")
+	b.decide("a", 4, coordinator.StatusAborted, "x")
+	b.decide("b", 1, coordinator.StatusAborted, "x")
+	st, err = b.store.Stats(b.ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for _, o := range st.Open {
+		got = append(got, fmt.Sprintf("%s %s %d", o.Job, o.Status, o.Count))
+		if o.Job == "a" && o.Status == coordinator.StatusCommitting && !sameTime(o.Oldest, b.checkpoint("a", 2).CreatedAt) {
+			t.Errorf("oldest committing of a: %v, want checkpoint 2's opening %v", o.Oldest, b.checkpoint("a", 2).CreatedAt)
+		}
+		if o.Job == "a" && o.Status == coordinator.StatusPreparing && !sameTime(o.Oldest, b.checkpoint("a", 3).CreatedAt) {
+			t.Errorf("oldest preparing of a: %v, want checkpoint 3's opening", o.Oldest)
+		}
+	}
+	slices.Sort(got)
+	if want := []string{"a committing 1", "a preparing 1"}; !slices.Equal(got, want) {
+		t.Fatalf("Stats.Open = %v, want %v", got, want)
+	}
+	if len(st.LastCommitted) != 1 || st.LastCommitted["a"] != 2 {
+		t.Fatalf("Stats.LastCommitted = %v, want a: 2 only (b aborted its only one, idle has none)", st.LastCommitted)
 	}
 }

@@ -463,3 +463,35 @@ func (s *memStore) TokensVersion(ctx context.Context) (int64, error) {
 	defer s.mu.Unlock()
 	return s.tokensVersion, nil
 }
+
+func (s *memStore) Stats(ctx context.Context) (*coordinator.Stats, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	out := &coordinator.Stats{LastCommitted: map[string]int64{}}
+	for _, job := range slices.Sorted(maps.Keys(s.state.jobs)) {
+		open := map[coordinator.Status]*coordinator.OpenCheckpoints{}
+		for _, cp := range s.state.sorted(job) {
+			switch cp.Status {
+			case coordinator.StatusPreparing, coordinator.StatusCommitting:
+				o := open[cp.Status]
+				if o == nil {
+					o = &coordinator.OpenCheckpoints{Job: job, Status: cp.Status, Oldest: cp.CreatedAt}
+					open[cp.Status] = o
+				}
+				o.Count++
+				if cp.CreatedAt.Before(o.Oldest) {
+					o.Oldest = cp.CreatedAt
+				}
+			}
+			if cp.Status == coordinator.StatusCommitting || cp.Status == coordinator.StatusCommitted {
+				out.LastCommitted[job] = max(out.LastCommitted[job], cp.ID)
+			}
+		}
+		for _, st := range []coordinator.Status{coordinator.StatusPreparing, coordinator.StatusCommitting} {
+			if o := open[st]; o != nil {
+				out.Open = append(out.Open, *o)
+			}
+		}
+	}
+	return out, nil
+}

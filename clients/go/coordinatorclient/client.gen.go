@@ -791,6 +791,19 @@ type ClientInterface interface {
 	// Corresponds with GET /healthz (the `GetHealthz` operationId).
 	GetHealthz(ctx context.Context, reqEditors ...RequestEditorFn) (*http.Response, error)
 
+	// GetMetrics Prometheus metrics.
+	//
+	// The Prometheus text format (0.0.4). The names and labels of the `coordinator_*`
+	// metrics are part of this contract; the Go runtime's (`go_*`) and the process's
+	// (`process_*`) standard metrics are there too. The gauges of open checkpoints, of
+	// the oldest open one and of the last committed one are read from the database (at
+	// most once a second), so every coordinator on it reports the same values; counters
+	// and histograms count what this process did. With `--metrics-job-label=false` no
+	// metric has the `job` label (and `coordinator_last_committed_checkpoint` is left out).
+	//
+	// Corresponds with GET /metrics (the `GetMetrics` operationId).
+	GetMetrics(ctx context.Context, reqEditors ...RequestEditorFn) (*http.Response, error)
+
 	// ListProblemTypes The problem types, one line each.
 	//
 	// A small HTML page (no script) listing every problem `code` with its status and
@@ -1123,6 +1136,29 @@ type ClientInterface interface {
 // Corresponds with GET /healthz (the `GetHealthz` operationId).
 func (c *Client) GetHealthz(ctx context.Context, reqEditors ...RequestEditorFn) (*http.Response, error) {
 	req, err := NewGetHealthzRequest(c.Server)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// GetMetrics Prometheus metrics.
+//
+// The Prometheus text format (0.0.4). The names and labels of the `coordinator_*`
+// metrics are part of this contract; the Go runtime's (`go_*`) and the process's
+// (`process_*`) standard metrics are there too. The gauges of open checkpoints, of
+// the oldest open one and of the last committed one are read from the database (at
+// most once a second), so every coordinator on it reports the same values; counters
+// and histograms count what this process did. With `--metrics-job-label=false` no
+// metric has the `job` label (and `coordinator_last_committed_checkpoint` is left out).
+//
+// Corresponds with GET /metrics (the `GetMetrics` operationId).
+func (c *Client) GetMetrics(ctx context.Context, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewGetMetricsRequest(c.Server)
 	if err != nil {
 		return nil, err
 	}
@@ -1789,6 +1825,33 @@ func NewGetHealthzRequest(server string) (*http.Request, error) {
 	}
 
 	operationPath := fmt.Sprintf("/healthz")
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	req, err := http.NewRequest(http.MethodGet, queryURL.String(), nil)
+	if err != nil {
+		return nil, err
+	}
+
+	return req, nil
+}
+
+// NewGetMetricsRequest constructs an http.Request for the GetMetrics method
+func NewGetMetricsRequest(server string) (*http.Request, error) {
+	var err error
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/metrics")
 	if operationPath[0] == '/' {
 		operationPath = "." + operationPath
 	}
@@ -3088,6 +3151,21 @@ type ClientWithResponsesInterface interface {
 	// Corresponds with GET /healthz (the `GetHealthz` operationId).
 	GetHealthzWithResponse(ctx context.Context, reqEditors ...RequestEditorFn) (*GetHealthzResponse, error)
 
+	// GetMetricsWithResponse Prometheus metrics.
+	//
+	// The Prometheus text format (0.0.4). The names and labels of the `coordinator_*`
+	// metrics are part of this contract; the Go runtime's (`go_*`) and the process's
+	// (`process_*`) standard metrics are there too. The gauges of open checkpoints, of
+	// the oldest open one and of the last committed one are read from the database (at
+	// most once a second), so every coordinator on it reports the same values; counters
+	// and histograms count what this process did. With `--metrics-job-label=false` no
+	// metric has the `job` label (and `coordinator_last_committed_checkpoint` is left out).
+	//
+	// Returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with GET /metrics (the `GetMetrics` operationId).
+	GetMetricsWithResponse(ctx context.Context, reqEditors ...RequestEditorFn) (*GetMetricsResponse, error)
+
 	// ListProblemTypesWithResponse The problem types, one line each.
 	//
 	// A small HTML page (no script) listing every problem `code` with its status and
@@ -3496,6 +3574,54 @@ func (r GetHealthzResponse) StatusCode() int {
 
 // ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
 func (r GetHealthzResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
+// GetMetricsResponseDefaultHeaders the declared response headers of an HTTP default response for GetMetrics
+type GetMetricsResponseDefaultHeaders struct {
+	RetryAfter *int
+}
+
+type GetMetricsResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// ApplicationproblemJSONDefault the response for an HTTP default `application/problem+json` response
+	ApplicationproblemJSONDefault *Problem
+	// HeadersDefault the parsed response headers for an HTTP default response
+	HeadersDefault *GetMetricsResponseDefaultHeaders
+}
+
+// GetApplicationproblemJSONDefault returns the response for an HTTP default `application/problem+json` response
+func (r GetMetricsResponse) GetApplicationproblemJSONDefault() *Problem {
+	return r.ApplicationproblemJSONDefault
+}
+
+// GetBody returns the raw response body bytes
+func (r GetMetricsResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r GetMetricsResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r GetMetricsResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r GetMetricsResponse) ContentType() string {
 	if r.HTTPResponse != nil {
 		return r.HTTPResponse.Header.Get("Content-Type")
 	}
@@ -4821,6 +4947,27 @@ func (c *ClientWithResponses) GetHealthzWithResponse(ctx context.Context, reqEdi
 	return ParseGetHealthzResponse(rsp)
 }
 
+// GetMetricsWithResponse Prometheus metrics.
+//
+// The Prometheus text format (0.0.4). The names and labels of the `coordinator_*`
+// metrics are part of this contract; the Go runtime's (`go_*`) and the process's
+// (`process_*`) standard metrics are there too. The gauges of open checkpoints, of
+// the oldest open one and of the last committed one are read from the database (at
+// most once a second), so every coordinator on it reports the same values; counters
+// and histograms count what this process did. With `--metrics-job-label=false` no
+// metric has the `job` label (and `coordinator_last_committed_checkpoint` is left out).
+//
+// Returns a wrapper object for the known response body format(s).
+//
+// Corresponds with GET /metrics (the `GetMetrics` operationId).
+func (c *ClientWithResponses) GetMetricsWithResponse(ctx context.Context, reqEditors ...RequestEditorFn) (*GetMetricsResponse, error) {
+	rsp, err := c.GetMetrics(ctx, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseGetMetricsResponse(rsp)
+}
+
 // ListProblemTypesWithResponse The problem types, one line each.
 //
 // A small HTML page (no script) listing every problem `code` with its status and
@@ -5404,6 +5551,45 @@ func ParseGetHealthzResponse(rsp *http.Response) (*GetHealthzResponse, error) {
 	switch {
 	case true:
 		var headers GetHealthzResponseDefaultHeaders
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = &value
+		}
+		response.HeadersDefault = &headers
+	}
+
+	return response, nil
+}
+
+// ParseGetMetricsResponse parses an HTTP response from a GetMetricsWithResponse call
+func ParseGetMetricsResponse(rsp *http.Response) (*GetMetricsResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &GetMetricsResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && true:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSONDefault = &dest
+
+	}
+
+	switch {
+	case true:
+		var headers GetMetricsResponseDefaultHeaders
 		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
 			var value int
 			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "integer", Format: ""}); err != nil {

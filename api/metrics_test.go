@@ -1,0 +1,233 @@
+package api
+
+import (
+	"context"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+	"time"
+
+	dto "github.com/prometheus/client_model/go"
+	"github.com/prometheus/common/expfmt"
+	"github.com/prometheus/common/model"
+
+	"github.com/twophase/coordinator/coordinator"
+	"github.com/twophase/coordinator/metrics"
+	"github.com/twophase/coordinator/store/pgtest"
+	"github.com/twophase/coordinator/store/postgres"
+)
+
+// coordinatorWithMetrics serves the API with metrics on the PostgreSQL database of url.
+func coordinatorWithMetrics(t *testing.T, url string, noJobLabel bool) *authBundle {
+	t.Helper()
+	var store coordinator.Store
+	m := metrics.New(metrics.Options{Version: "test", Store: "postgres", NoJobLabel: noJobLabel,
+		Stats: func(ctx context.Context) (*coordinator.Stats, error) { return store.Stats(ctx) }})
+	store, err := postgres.Open(context.Background(), url, postgres.Options{ObserveCommit: m.StoreCommit})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(store.Close)
+	svc := coordinator.NewService(store, nil, coordinator.WithObserver(m))
+	srv := httptest.NewServer(NewHandler(svc, Options{Logger: slog.New(slog.DiscardHandler), RequestTimeout: time.Minute, Metrics: m}))
+	t.Cleanup(srv.Close)
+	return &authBundle{url: srv.URL, store: store, svc: svc, secrets: map[string]string{}}
+}
+
+// scrape reads /metrics into its families, by name.
+func scrape(t *testing.T, b *authBundle) map[string]*dto.MetricFamily {
+	t.Helper()
+	r := b.send(t, "", "GET", "/metrics", "")
+	if r.status != http.StatusOK || !strings.HasPrefix(r.header.Get("Content-Type"), "text/plain") {
+		t.Fatalf("GET /metrics: %d %s", r.status, r.header.Get("Content-Type"))
+	}
+	p := expfmt.NewTextParser(model.UTF8Validation)
+	families, err := p.TextToMetricFamilies(strings.NewReader(string(r.body)))
+	if err != nil {
+		t.Fatalf("parse /metrics: %v\n%s", err, r.body)
+	}
+	return families
+}
+
+// value is the value of the series of name whose labels include want (a counter's or a
+// gauge's value, a histogram's count); -1 if there is none.
+func value(families map[string]*dto.MetricFamily, name string, want map[string]string) float64 {
+	f := families[name]
+	if f == nil {
+		return -1
+	}
+next:
+	for _, m := range f.Metric {
+		labels := map[string]string{}
+		for _, l := range m.Label {
+			labels[l.GetName()] = l.GetValue()
+		}
+		for k, v := range want {
+			if labels[k] != v {
+				continue next
+			}
+		}
+		switch {
+		case m.Counter != nil:
+			return m.Counter.GetValue()
+		case m.Gauge != nil:
+			return m.Gauge.GetValue()
+		case m.Histogram != nil:
+			return float64(m.Histogram.GetSampleCount())
+		}
+	}
+	return -1
+}
+
+// After a scripted sequence of requests, every counter, histogram count and gauge says what
+// happened; a second coordinator on the database reports the same gauges and none of the
+// first one's counters.
+func TestMetricsSayWhatHappened(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	url := pgtest.URL(t)
+	a, other := coordinatorWithMetrics(t, url, false), coordinatorWithMetrics(t, url, false)
+	step := func(method, path, body string, status int) {
+		t.Helper()
+		if r := a.send(t, "", method, path, body); r.status != status {
+			t.Fatalf("%s %s: %d %s, want %d", method, path, r.status, r.body, status)
+		}
+	}
+	j := "/v1/jobs/orders"
+	step("PUT", j, `{"participants":["a","b"]}`, 201)
+	step("POST", j+"/participants/a/register", "", 200)
+	step("POST", j+"/participants/b/register", "", 200)
+	// 1: committed by its votes, one vote and one ack repeated.
+	step("POST", j+"/checkpoints", "", 201)
+	step("PUT", j+"/checkpoints/1/votes/a", `{"epoch":1,"vote":"prepared"}`, 200)
+	step("PUT", j+"/checkpoints/1/votes/a", `{"epoch":1,"vote":"prepared"}`, 200)
+	step("PUT", j+"/checkpoints/1/votes/b", `{"epoch":1,"vote":"prepared"}`, 200)
+	step("PUT", j+"/checkpoints/1/acks/a", `{"epoch":1}`, 200)
+	step("PUT", j+"/checkpoints/1/acks/a", `{"epoch":1}`, 200)
+	step("PUT", j+"/checkpoints/1/acks/b", `{"epoch":1}`, 200)
+	// 2: aborted by a vote; the other vote comes late.
+	step("POST", j+"/checkpoints", "", 201)
+	step("PUT", j+"/checkpoints/2/votes/a", `{"epoch":1,"vote":"abort","reason":"x"}`, 200)
+	step("PUT", j+"/checkpoints/2/votes/b", `{"epoch":1,"vote":"prepared"}`, 409)
+	// 3: aborted by a registration; the old epoch's vote is fenced.
+	step("POST", j+"/checkpoints", "", 201)
+	step("POST", j+"/participants/a/register", "", 200)
+	step("PUT", j+"/checkpoints/3/votes/a", `{"epoch":1,"vote":"prepared"}`, 409)
+	// 4: a vote, then a conflicting one; it stays preparing.
+	step("POST", j+"/checkpoints", "", 201)
+	step("PUT", j+"/checkpoints/4/votes/a", `{"epoch":2,"vote":"prepared"}`, 200)
+	step("PUT", j+"/checkpoints/4/votes/a", `{"epoch":2,"vote":"abort"}`, 409)
+	opened4, err := a.store.GetCheckpoint(ctx, "orders", 4)
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	f := scrape(t, a)
+	job := map[string]string{"job": "orders"}
+	with := func(kv ...string) map[string]string {
+		out := map[string]string{"job": "orders"}
+		for i := 0; i+1 < len(kv); i += 2 {
+			out[kv[i]] = kv[i+1]
+		}
+		return out
+	}
+	for _, c := range []struct {
+		name   string
+		labels map[string]string
+		want   float64
+	}{
+		{"coordinator_checkpoints_opened_total", job, 4},
+		{"coordinator_registrations_total", job, 3},
+		{"coordinator_checkpoints_decided_total", with("decision", "commit", "cause", "all_prepared"), 1},
+		{"coordinator_checkpoints_decided_total", with("decision", "abort", "cause", "abort_vote"), 1},
+		{"coordinator_checkpoints_decided_total", with("decision", "abort", "cause", "registration"), 1},
+		{"coordinator_checkpoints_decided_total", with("decision", "abort", "cause", "deadline"), -1},
+		{"coordinator_votes_total", with("vote", "prepared", "result", "accepted"), 3},
+		{"coordinator_votes_total", with("vote", "prepared", "result", "duplicate"), 1},
+		{"coordinator_votes_total", with("vote", "prepared", "result", "late"), 1},
+		{"coordinator_votes_total", with("vote", "prepared", "result", "fenced"), 1},
+		{"coordinator_votes_total", with("vote", "abort", "result", "accepted"), 1},
+		{"coordinator_votes_total", with("vote", "abort", "result", "conflict"), 1},
+		{"coordinator_acks_total", with("result", "accepted"), 2},
+		{"coordinator_acks_total", with("result", "duplicate"), 1},
+		{"coordinator_checkpoint_decision_seconds", with("decision", "commit"), 1},
+		{"coordinator_checkpoint_decision_seconds", with("decision", "abort"), 2},
+		{"coordinator_checkpoint_completion_seconds", job, 1},
+		{"coordinator_open_checkpoints", with("status", "preparing"), 1},
+		{"coordinator_oldest_open_checkpoint_timestamp_seconds", with("status", "preparing"), float64(opened4.CreatedAt.UnixMicro()) / 1e6},
+		{"coordinator_oldest_open_checkpoint_timestamp_seconds", with("status", "committing"), -1},
+		{"coordinator_last_committed_checkpoint", job, 1},
+		{"coordinator_http_requests_total", map[string]string{"route": "/v1/jobs/{job}/checkpoints/{id}/votes/{participant}", "method": "PUT", "code": "409"}, 3},
+		{"coordinator_http_request_duration_seconds", map[string]string{"route": "/v1/jobs/{job}/checkpoints", "method": "POST"}, 4},
+		{"coordinator_build_info", map[string]string{"version": "test", "store": "postgres"}, 1},
+	} {
+		if got := value(f, c.name, c.labels); got != c.want {
+			t.Errorf("%s%v = %v, want %v", c.name, c.labels, got, c.want)
+		}
+	}
+	if f["coordinator_store_commit_seconds"] == nil || value(f, "coordinator_store_commit_seconds", nil) < 10 {
+		t.Errorf("coordinator_store_commit_seconds counts %v commits, want one per update at least", value(f, "coordinator_store_commit_seconds", nil))
+	}
+	if f["go_goroutines"] == nil || f["process_resident_memory_bytes"] == nil {
+		t.Error("the Go runtime's and the process's metrics are missing")
+	}
+	// No label takes an id, an epoch or a path.
+	for name, fam := range f {
+		for _, m := range fam.Metric {
+			for _, l := range m.Label {
+				if strings.Contains(l.GetValue(), "/checkpoints/") && !strings.Contains(l.GetValue(), "{id}") {
+					t.Errorf("%s has a label %s=%q: a path, not a template", name, l.GetName(), l.GetValue())
+				}
+			}
+		}
+	}
+
+	// The other coordinator: the same gauges, none of the counters.
+	g := scrape(t, other)
+	for _, c := range []struct {
+		name   string
+		labels map[string]string
+	}{
+		{"coordinator_open_checkpoints", with("status", "preparing")},
+		{"coordinator_oldest_open_checkpoint_timestamp_seconds", with("status", "preparing")},
+		{"coordinator_last_committed_checkpoint", job},
+	} {
+		if got, want := value(g, c.name, c.labels), value(f, c.name, c.labels); got != want {
+			t.Errorf("the other coordinator's %s%v = %v, the first's %v", c.name, c.labels, got, want)
+		}
+	}
+	if got := value(g, "coordinator_checkpoints_opened_total", job); got != -1 {
+		t.Errorf("the other coordinator counts %v checkpoints opened, which it did not open", got)
+	}
+}
+
+// Without the job label, no series has one.
+func TestMetricsWithoutJobLabel(t *testing.T) {
+	t.Parallel()
+	b := coordinatorWithMetrics(t, pgtest.URL(t), true)
+	for _, job := range []string{"j1", "j2"} {
+		b.send(t, "", "PUT", "/v1/jobs/"+job, `{"participants":["a"]}`)
+		b.send(t, "", "POST", "/v1/jobs/"+job+"/checkpoints", "")
+	}
+	f := scrape(t, b)
+	for name, fam := range f {
+		for _, m := range fam.Metric {
+			for _, l := range m.Label {
+				if l.GetName() == "job" {
+					t.Fatalf("%s has the job label (%s)", name, l.GetValue())
+				}
+			}
+		}
+	}
+	if got := value(f, "coordinator_checkpoints_opened_total", nil); got != 2 {
+		t.Errorf("checkpoints opened = %v, want 2", got)
+	}
+	if got := value(f, "coordinator_open_checkpoints", map[string]string{"status": "preparing"}); got != 2 {
+		t.Errorf("open preparing = %v, want 2 (of both jobs)", got)
+	}
+	if got := value(f, "coordinator_open_checkpoints", map[string]string{"status": "committing"}); got != 0 {
+		t.Errorf("open committing = %v, want 0", got)
+	}
+}

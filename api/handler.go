@@ -11,6 +11,7 @@ import (
 	"runtime/debug"
 	"slices"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/go-chi/chi/v5"
@@ -237,14 +238,18 @@ func accessLog(logger *slog.Logger, m *metrics.Metrics) func(http.Handler) http.
 				case (r.Method == http.MethodGet || r.Method == http.MethodHead) && status < 400:
 					level = slog.LevelDebug
 				}
-				logger.LogAttrs(r.Context(), level, "request",
+				attrs := []slog.Attr{
 					slog.String("method", r.Method),
 					slog.String("path", r.URL.Path),
 					slog.Int("status", status),
 					slog.Float64("duration_ms", float64(time.Since(start).Microseconds())/1000),
 					slog.String("request_id", RequestID(r.Context())),
 					slog.Int("bytes", ww.BytesWritten()),
-				)
+				}
+				if trace, ok := traceID(r.Header.Get("traceparent")); ok {
+					attrs = append(attrs, slog.String("trace_id", trace))
+				}
+				logger.LogAttrs(r.Context(), level, "request", attrs...)
 			}()
 			next.ServeHTTP(ww, r)
 		})
@@ -280,3 +285,31 @@ var errPanic = panicError{}
 type panicError struct{}
 
 func (panicError) Error() string { return "handler panicked" }
+
+// traceID is the trace id of a W3C Trace Context traceparent header
+// ("00-<32 hex>-<16 hex>-<2 hex>"), so that one request can be followed across the services
+// that log it; ok is false for a header that is absent or malformed, or an all-zero id.
+func traceID(traceparent string) (string, bool) {
+	if len(traceparent) < 55 {
+		return "", false
+	}
+	version, trace, parent, flags := traceparent[0:2], traceparent[3:35], traceparent[36:52], traceparent[53:55]
+	if traceparent[2] != '-' || traceparent[35] != '-' || traceparent[52] != '-' ||
+		!lowerHex(version) || version == "ff" || !lowerHex(trace) || !lowerHex(parent) || !lowerHex(flags) ||
+		version == "00" && len(traceparent) != 55 || len(traceparent) > 55 && traceparent[55] != '-' {
+		return "", false
+	}
+	if strings.Trim(trace, "0") == "" || strings.Trim(parent, "0") == "" {
+		return "", false
+	}
+	return trace, true
+}
+
+func lowerHex(s string) bool {
+	for i := 0; i < len(s); i++ {
+		if c := s[i]; !('0' <= c && c <= '9' || 'a' <= c && c <= 'f') {
+			return false
+		}
+	}
+	return true
+}

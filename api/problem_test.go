@@ -194,3 +194,32 @@ func decodeProblem(t *testing.T, resp *http.Response, status int, code string) P
 	}
 	return p
 }
+
+// The request line carries the trace id of a W3C traceparent header, and only of a valid one.
+func TestTraceparentLogged(t *testing.T) {
+	t.Parallel()
+	var logs bytes.Buffer
+	h := accessLog(slog.New(slog.NewJSONHandler(&logs, &slog.HandlerOptions{Level: slog.LevelDebug})), nil)(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {}))
+	for header, want := range map[string]string{
+		"00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01": "4bf92f3577b34da6a3ce929d0e0e4736",
+		"01-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01-later": "4bf92f3577b34da6a3ce929d0e0e4736",
+		"00-00000000000000000000000000000000-00f067aa0ba902b7-01":       "",
+		"00-4BF92F3577B34DA6A3CE929D0E0E4736-00f067aa0ba902b7-01":       "",
+		"00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01-x":     "",
+		"ff-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01":       "",
+		"garbage": "",
+	} {
+		logs.Reset()
+		req := httptest.NewRequest("GET", "/x", nil)
+		req.Header.Set("traceparent", header)
+		h.ServeHTTP(httptest.NewRecorder(), req)
+		var line map[string]any
+		if err := json.Unmarshal(logs.Bytes(), &line); err != nil {
+			t.Fatalf("log line %q: %v", logs.String(), err)
+		}
+		got, _ := line["trace_id"].(string)
+		if got != want {
+			t.Errorf("traceparent %q: trace_id %q, want %q", header, got, want)
+		}
+	}
+}

@@ -53,6 +53,24 @@ func faultJobs(prefix string) []workloadJob {
 	}
 }
 
+// jobParticipants is what newCredentials makes participant tokens for.
+func jobParticipants(jobs []workloadJob) map[string][]string {
+	out := map[string][]string{}
+	for _, j := range jobs {
+		out[j.name] = j.participants
+	}
+	return out
+}
+
+// checkLogsHoldNoSecret fails the test if a secret of cr appears in what the coordinators
+// logged (the last lines each keeps).
+func checkLogsHoldNoSecret(t testing.TB, cr *credentials, coords ...*harness.Coordinator) {
+	t.Helper()
+	for i, c := range coords {
+		checkNoSecrets(t, fmt.Sprintf("the log of coordinator %d", i+1), c.Logs(), cr.secrets())
+	}
+}
+
 func jobNames(jobs []workloadJob) []string {
 	var out []string
 	for _, j := range jobs {
@@ -67,17 +85,23 @@ func jobNames(jobs []workloadJob) []string {
 // load balancer), so rule 8 is under fire too. The clients retry every request unchanged
 // (the same body, the same Idempotency-Key) until they get a definitive answer. Afterwards
 // every answer any of them received must still hold.
+//
+// Authentication is on, as in the fault tests below: each participant sends its own
+// participant token, the driver the trigger's to open checkpoints and the operator's to
+// decide them (credentials). A restarted coordinator must accept them all at once.
 func TestFaultCoordinatorKills(t *testing.T) {
 	t.Parallel()
 	cluster := harness.StartCluster(t)
 	dbURL := cluster.NewDatabase(t)
+	adminFile, _ := harness.AdminTokenFile(t)
 	coords := []*harness.Coordinator{
-		harness.StartCoordinator(t, dbURL, "--sweep-interval", "100ms", "--request-timeout", "3s"),
-		harness.StartCoordinator(t, dbURL, "--sweep-interval", "100ms", "--request-timeout", "3s"),
+		harness.StartCoordinator(t, dbURL, "--admin-token-file", adminFile, "--sweep-interval", "100ms", "--request-timeout", "3s"),
+		harness.StartCoordinator(t, dbURL, "--admin-token-file", adminFile, "--sweep-interval", "100ms", "--request-timeout", "3s"),
 	}
-	a := newAPI(coords[0])
 	jobs := faultJobs("kill")
-	w := newWorkload(t, []*api{a, newAPI(coords[1])}, 8*time.Second, jobs...)
+	cred := newCredentials(t, coords[0], jobParticipants(jobs), coords[1])
+	a := cred.api(coords[0])
+	w := newWorkload(t, []*api{a, cred.api(coords[1])}, 8*time.Second, jobs...)
 	w.start()
 
 	kills := envInt(t, "COORDINATOR_TEST_E2E_KILLS", 25)
@@ -111,6 +135,10 @@ func TestFaultCoordinatorKills(t *testing.T) {
 	if opened, votes, acks, commits := w.ledger.counts(); opened < 10 || votes < 20 || acks < 5 || commits < 3 {
 		t.Errorf("too little progress under kills to prove anything: %s", w.ledger.stats())
 	}
+	for _, j := range jobs {
+		checkDecidedBy(t, cred, j.name, a.mustListAll(t, j.name))
+	}
+	checkLogsHoldNoSecret(t, cred, coords...)
 }
 
 // TestFaultDatabaseCrash crashes PostgreSQL (pg_ctl stop -m immediate) twice under load.
@@ -123,10 +151,16 @@ func TestFaultDatabaseCrash(t *testing.T) {
 	const requestTimeout = 2 * time.Second
 	cluster := harness.StartCluster(t)
 	dbURL := cluster.NewDatabase(t)
-	coord := harness.StartCoordinator(t, dbURL, "--sweep-interval", "100ms", "--request-timeout", requestTimeout.String())
-	other := harness.StartCoordinator(t, dbURL, "--sweep-interval", "100ms", "--request-timeout", requestTimeout.String())
-	a, b := newAPI(coord), newAPI(other)
+	adminFile, _ := harness.AdminTokenFile(t)
+	coord := harness.StartCoordinator(t, dbURL, "--admin-token-file", adminFile, "--sweep-interval", "100ms", "--request-timeout", requestTimeout.String())
+	other := harness.StartCoordinator(t, dbURL, "--admin-token-file", adminFile, "--sweep-interval", "100ms", "--request-timeout", requestTimeout.String())
 	jobs := faultJobs("crash")
+	tokens := jobParticipants(jobs)
+	tokens["probe"] = []string{"p"}
+	// Tokens are kept in memory: while the database is down they still authenticate, and
+	// requests get as far as the database (503), not 401.
+	cred := newCredentials(t, coord, tokens, other)
+	a, b := cred.api(coord), cred.api(other)
 	w := newWorkload(t, []*api{a, b}, requestTimeout+3*time.Second, jobs...)
 
 	// A job the probes write to during the outages: nothing may change in it.
@@ -185,6 +219,10 @@ func TestFaultDatabaseCrash(t *testing.T) {
 	if opened, votes, _, commits := w.ledger.counts(); opened < 5 || votes < 10 || commits < 2 {
 		t.Errorf("too little progress across the crashes to prove anything: %s", w.ledger.stats())
 	}
+	for _, j := range append(jobNames(jobs), "probe") {
+		checkDecidedBy(t, cred, j, a.mustListAll(t, j))
+	}
+	checkLogsHoldNoSecret(t, cred, coord, other)
 }
 
 // probeOutage sends every kind of request for d while the database is down: each must be
@@ -272,9 +310,17 @@ func TestFaultCoordinatorDownAcrossDeadlines(t *testing.T) {
 	t.Parallel()
 	cluster := harness.StartCluster(t)
 	// The longest sweep interval, so that the periodic sweeper cannot be what aborts them.
-	coord := harness.StartCoordinator(t, cluster.NewDatabase(t), "--sweep-interval", "1s")
-	a := newAPI(coord)
+	coord := harness.StartAuthCoordinator(t, cluster.NewDatabase(t), "--sweep-interval", "1s")
 	const lateJobs = 8
+	tokens := map[string][]string{}
+	for _, name := range []string{"cascade", "manual", "decided", "keep"} {
+		tokens[name] = []string{"sink-alpha", "sink-bravo"}
+	}
+	for i := range lateJobs {
+		tokens[fmt.Sprintf("late-%d", i)] = []string{"sink-alpha", "sink-bravo"}
+	}
+	cred := newCredentials(t, coord, tokens)
+	a := cred.api(coord)
 	epochs := map[string]map[string]int64{}
 	for i := range lateJobs {
 		name := fmt.Sprintf("late-%d", i)
@@ -358,6 +404,9 @@ func TestFaultCoordinatorDownAcrossDeadlines(t *testing.T) {
 			if cp.DecidedAt.Before(cp.Deadline) {
 				t.Errorf("round %d: %s/%d aborted at %v, before its deadline %v", round, key.job, key.id, cp.DecidedAt, cp.Deadline)
 			}
+			if cp.DecidedBy != nil {
+				t.Errorf("round %d: %s/%d aborted by its deadline, decided_by %q: no token's request decided it", round, key.job, key.id, *cp.DecidedBy)
+			}
 			// slog writes times to the millisecond.
 			if cp.DecidedAt.After(listening.Add(time.Millisecond)) {
 				t.Errorf("round %d: %s/%d aborted at %v, after the coordinator began to serve at %v", round, key.job, key.id, cp.DecidedAt, listening)
@@ -376,6 +425,9 @@ func TestFaultCoordinatorDownAcrossDeadlines(t *testing.T) {
 			cp := a.get(t, key.job, key.id)
 			if cp.Status != "aborted" || cp.DecidedAt == nil || cp.DecidedAt.After(listening.Add(time.Millisecond)) {
 				t.Errorf("round %d: %s/%d above an expired checkpoint: %s at %v (serving from %v)", round, key.job, key.id, cp.Status, cp.DecidedAt, listening)
+			}
+			if cp.DecidedBy != nil {
+				t.Errorf("round %d: %s/%d aborted in the cascade of a deadline, decided_by %q", round, key.job, key.id, *cp.DecidedBy)
 			}
 		}
 		for key, was := range before {
@@ -398,6 +450,10 @@ func TestFaultCoordinatorDownAcrossDeadlines(t *testing.T) {
 			t.Errorf("late-%d: next checkpoint %d, want 3", i, cp.Id)
 		}
 	}
+	if cp := a.get(t, "decided", 1); cp.DecidedBy == nil || *cp.DecidedBy != participantTokenName("decided", "sink-bravo") {
+		t.Errorf("decided/1 committed by sink-bravo's vote, decided_by %v", cp.DecidedBy)
+	}
+	checkLogsHoldNoSecret(t, cred, coord)
 }
 
 // TestFaultParticipantRestarts restarts a participant (registers it again) while it owes
@@ -409,8 +465,11 @@ func TestFaultCoordinatorDownAcrossDeadlines(t *testing.T) {
 func TestFaultParticipantRestarts(t *testing.T) {
 	t.Parallel()
 	cluster := harness.StartCluster(t)
-	coord := harness.StartCoordinator(t, cluster.NewDatabase(t))
-	a := newAPI(coord)
+	coord := harness.StartAuthCoordinator(t, cluster.NewDatabase(t))
+	// The old and the new incarnation of a participant send the same token: it is the
+	// epoch that fences the old one.
+	cred := newCredentials(t, coord, map[string][]string{"restart": {"sink-a", "sink-b", "source"}, "race-restart": {"w", "v"}})
+	a := cred.api(coord)
 
 	e := a.setupJob(t, "restart", `{"participants":["sink-a","sink-b","source"],"max_concurrent_checkpoints":5}`, "sink-a", "sink-b", "source")
 	old := e["sink-a"]
@@ -460,12 +519,16 @@ func TestFaultParticipantRestarts(t *testing.T) {
 	}
 	if cp := a.get(t, "restart", 3); cp.Status != "aborted" || cp.AbortReason == nil || !strings.Contains(*cp.AbortReason, "sink-a") {
 		t.Errorf("checkpoint 3 (sink-a had not voted): %+v", cp)
+	} else if cp.DecidedBy == nil || *cp.DecidedBy != participantTokenName("restart", "sink-a") {
+		t.Errorf("checkpoint 3, aborted by sink-a's registration: decided_by %v", cp.DecidedBy)
 	}
 	if cp := a.get(t, "restart", 4); cp.Status != "aborted" || cp.AbortReason == nil || !strings.Contains(*cp.AbortReason, "3") {
 		t.Errorf("checkpoint 4 (above 3): %+v", cp)
 	}
 	if cp := a.get(t, "restart", 1); cp.Status != "committing" {
 		t.Errorf("checkpoint 1: the restart must not touch a decided checkpoint: %s", cp.Status)
+	} else if cp.DecidedBy == nil || *cp.DecidedBy != participantTokenName("restart", "source") {
+		t.Errorf("checkpoint 1, committed by source's vote: decided_by %v", cp.DecidedBy)
 	}
 	// The others still owe nothing new; source must roll back 3.
 	if pe := a.pending(t, "restart", "source"); len(pe.Items) != 1 || pe.Items[0].Checkpoint != 3 || pe.Items[0].Action != "abort" {
@@ -557,6 +620,7 @@ func TestFaultParticipantRestarts(t *testing.T) {
 		}
 	}
 	t.Logf("outcomes: %v", outcomes)
+	checkLogsHoldNoSecret(t, cred, coord)
 }
 
 // TestFaultCutRequests cuts requests mid-flight (client timeouts of a few milliseconds,
@@ -566,8 +630,9 @@ func TestFaultParticipantRestarts(t *testing.T) {
 func TestFaultCutRequests(t *testing.T) {
 	t.Parallel()
 	cluster := harness.StartCluster(t)
-	coord := harness.StartCoordinator(t, cluster.NewDatabase(t))
-	a := newAPI(coord)
+	coord := harness.StartAuthCoordinator(t, cluster.NewDatabase(t))
+	cred := newCredentials(t, coord, map[string][]string{"cut": {"a", "b"}})
+	a := cred.api(coord)
 	rng := newRand(t)
 	e := a.setupJob(t, "cut", `{"participants":["a","b"],"checkpoint_timeout_ms":60000}`, "a", "b")
 
@@ -576,7 +641,7 @@ func TestFaultCutRequests(t *testing.T) {
 	send := func(r request, want int) reply {
 		t.Helper()
 		for range 1 + rng.IntN(3) {
-			cutRequest(t, coord.Addr, r, rng)
+			cutRequest(t, a, coord.Addr, r, rng)
 			cuts++
 		}
 		return a.must(t, r, want, nil)
@@ -636,15 +701,17 @@ func TestFaultCutRequests(t *testing.T) {
 	a.prepare(t, "cut", "")
 	before := rawGet(t, a, jobPath("cut")+"/checkpoints")
 	for range 10 {
-		cutBody(t, coord.Addr, request{method: "PUT", path: votePath("cut", rounds+1, "a"), body: voteBody(e["a"], `["half"]`)})
-		cutBody(t, coord.Addr, request{method: "POST", path: cpPath("cut", rounds+1) + "/abort", body: `{"reason":"half"}`})
-		cutBody(t, coord.Addr, request{method: "POST", path: jobPath("cut") + "/checkpoints", body: `{"timeout_ms":1000}`})
+		cutBody(t, a, coord.Addr, request{method: "PUT", path: votePath("cut", rounds+1, "a"), body: voteBody(e["a"], `["half"]`)})
+		cutBody(t, a, coord.Addr, request{method: "POST", path: cpPath("cut", rounds+1) + "/abort", body: `{"reason":"half"}`})
+		cutBody(t, a, coord.Addr, request{method: "POST", path: jobPath("cut") + "/checkpoints", body: `{"timeout_ms":1000}`})
 	}
 	if after := rawGet(t, a, jobPath("cut")+"/checkpoints"); after != before {
 		t.Errorf("bodies cut short changed the state:\n%s\n%s", before, after)
 	}
 	a.mustDo(t, "GET", "/readyz", "", 200, nil)
 	t.Logf("%d requests cut", cuts)
+	checkDecidedBy(t, cred, "cut", a.mustListAll(t, "cut"))
+	checkLogsHoldNoSecret(t, cred, coord)
 }
 
 func decode(t testing.TB, rep reply, v any) {
@@ -654,10 +721,13 @@ func decode(t testing.TB, rep reply, v any) {
 	}
 }
 
-// rawRequest is r as HTTP/1.1 bytes: the head and the body.
-func rawRequest(addr string, r request) (head, body []byte) {
+// rawRequest is r as HTTP/1.1 bytes: the head and the body, with the token a sends it with.
+func rawRequest(a *api, addr string, r request) (head, body []byte) {
 	var b strings.Builder
 	fmt.Fprintf(&b, "%s %s HTTP/1.1\r\nHost: %s\r\n", r.method, r.path, addr)
+	if token := a.cred.forRoute(r.method, r.path); token != "" {
+		fmt.Fprintf(&b, "Authorization: Bearer %s\r\n", token)
+	}
 	if r.body != "" {
 		fmt.Fprintf(&b, "Content-Type: application/json\r\nContent-Length: %d\r\n", len(r.body))
 	}
@@ -671,19 +741,19 @@ func rawRequest(addr string, r request) (head, body []byte) {
 // cutRequest sends r and cuts it: by a client timeout of 0 to 15 ms, or by closing the
 // connection (gracefully or with a reset) 0 to 5 ms after the whole request was written,
 // before reading any answer.
-func cutRequest(t testing.TB, addr string, r request, rng *rand.Rand) {
+func cutRequest(t testing.TB, a *api, addr string, r request, rng *rand.Rand) {
 	t.Helper()
 	if rng.IntN(3) == 0 {
 		hc := &http.Client{Timeout: time.Duration(rng.IntN(15000)) * time.Microsecond}
 		ctx := context.Background()
-		_, _ = (&api{base: "http://" + addr, hc: hc}).send(ctx, r)
+		_, _ = (&api{base: "http://" + addr, hc: hc, cred: a.cred}).send(ctx, r)
 		return
 	}
 	conn, err := net.Dial("tcp", addr)
 	if err != nil {
 		t.Fatalf("dial: %v", err)
 	}
-	head, body := rawRequest(addr, r)
+	head, body := rawRequest(a, addr, r)
 	_, _ = conn.Write(append(head, body...))
 	time.Sleep(time.Duration(rng.IntN(5000)) * time.Microsecond)
 	if rng.IntN(2) == 0 {
@@ -693,13 +763,13 @@ func cutRequest(t testing.TB, addr string, r request, rng *rand.Rand) {
 }
 
 // cutBody sends r's head and half its body, then closes the connection.
-func cutBody(t testing.TB, addr string, r request) {
+func cutBody(t testing.TB, a *api, addr string, r request) {
 	t.Helper()
 	conn, err := net.Dial("tcp", addr)
 	if err != nil {
 		t.Fatalf("dial: %v", err)
 	}
-	head, body := rawRequest(addr, r)
+	head, body := rawRequest(a, addr, r)
 	_, _ = conn.Write(append(head, body[:len(body)/2]...))
 	time.Sleep(2 * time.Millisecond)
 	_ = conn.Close()

@@ -30,9 +30,14 @@ type (
 // api sends raw HTTP requests to one coordinator, as curl users and clients in other
 // languages do. Its methods return errors instead of failing the test, so that goroutines
 // can use them; the must* helpers are for the test's own goroutine.
+//
+// With authentication on, an api made by credentials.api sends every request with the
+// token its route needs (credentials.forRoute): each participant its own, the trigger's
+// for opening checkpoints, and so on. A request's own Authorization header wins.
 type api struct {
 	base string
 	hc   *http.Client
+	cred *credentials // nil: no token
 }
 
 func newAPI(c *harness.Coordinator) *api { return &api{base: c.BaseURL, hc: c.HTTP} }
@@ -76,6 +81,9 @@ func (a *api) send(ctx context.Context, r request) (reply, error) {
 		req.Header.Set("Content-Type", r.contentType)
 	case r.body != "":
 		req.Header.Set("Content-Type", "application/json")
+	}
+	if token := a.cred.forRoute(r.method, r.path); token != "" {
+		req.Header.Set("Authorization", "Bearer "+token)
 	}
 	for k, v := range r.header {
 		req.Header.Set(k, v)

@@ -41,12 +41,17 @@ type Coordinator struct {
 	// Client is the generated client on BaseURL, using HTTP.
 	Client *coordinatorclient.ClientWithResponses
 	// HTTP is a client for raw requests: loopback only, 30 s timeout per request.
+	// Client and HTTP send no token; WithToken and Admin return clients that do.
 	HTTP *http.Client
+	// AdminToken is the admin token the coordinator was started with (--admin-token-file
+	// among its flags, e.g. from AdminTokenFile), "" without one: authentication is off.
+	AdminToken string
 
-	t    testing.TB
-	bin  string
-	args []string // every flag but --listen
-	logs *tail
+	t      testing.TB
+	bin    string
+	args   []string // every flag but --listen
+	logs   *tail
+	listen string // what --listen gets on a restart: Addr, or the host first listened on with its port
 
 	mu          sync.Mutex
 	cmd         *exec.Cmd
@@ -54,6 +59,7 @@ type Coordinator struct {
 	listening   chan logLine // gets the current process's "listening" line
 	state       *os.ProcessState
 	listeningAt time.Time
+	listeningLn []byte // the current process's "listening" line
 	starts      int
 }
 
@@ -75,11 +81,18 @@ func StartCoordinator(t testing.TB, dbURL string, extraArgs ...string) *Coordina
 // waiting for its "listening" line: for tests of what it does before it serves, such as
 // waiting for its database (--database-wait). WaitListening waits for the line; Exited
 // and ExitCode tell how the process ended. BaseURL, Client and HTTP are set at once.
+//
+// listen may also have port 0 or an unspecified host (0.0.0.0:0, for the tests of where
+// the coordinator agrees to listen): then WaitListening sets Addr, BaseURL, Client and
+// HTTP from the "listening" line, on 127.0.0.1 when the host is unspecified, and Restart
+// listens on the same host and port again.
 func LaunchCoordinator(t testing.TB, listen, dbURL string, extraArgs ...string) *Coordinator {
 	t.Helper()
 	c := newCoordinator(t, dbURL, extraArgs)
-	c.Addr, c.BaseURL = listen, "http://"+listen
-	c.newClients()
+	if dialable(listen) == listen && !strings.HasSuffix(listen, ":0") {
+		c.Addr, c.BaseURL, c.listen = listen, "http://"+listen, listen
+		c.newClients()
+	}
 	if err := c.launch(listen); err != nil {
 		t.Fatalf("harness: launch coordinator: %v", err)
 	}
@@ -93,6 +106,7 @@ func (c *Coordinator) WaitListening(timeout time.Duration) {
 	if err := c.awaitListening(timeout); err != nil {
 		c.t.Fatalf("harness: coordinator: %v\n%s", err, c.logs.String())
 	}
+	c.newClients()
 }
 
 // ExitCode is the exit status of the current process, and whether it exited at all.
@@ -108,10 +122,11 @@ func (c *Coordinator) ExitCode() (code int, exited bool) {
 func newCoordinator(t testing.TB, dbURL string, extraArgs []string) *Coordinator {
 	t.Helper()
 	c := &Coordinator{
-		t:    t,
-		bin:  BuildCoordinator(t),
-		args: append([]string{"--database-url", dbURL, "--log-format", "json"}, extraArgs...),
-		logs: newTail(logLines),
+		t:          t,
+		bin:        BuildCoordinator(t),
+		args:       append([]string{"--database-url", dbURL, "--log-format", "json"}, extraArgs...),
+		logs:       newTail(logLines),
+		AdminToken: adminTokenOf(t, extraArgs),
 	}
 	t.Cleanup(func() {
 		c.kill()
@@ -182,7 +197,7 @@ func (c *Coordinator) Restart() {
 	// After a kill the port is free at once; the retries cover the rare case where the
 	// kernel handed it to an outgoing connection meanwhile.
 	for attempt := 0; attempt < 50; attempt++ {
-		if err = c.start(c.Addr); err == nil || !strings.Contains(err.Error(), "address already in use") {
+		if err = c.start(c.listen); err == nil || !strings.Contains(err.Error(), "address already in use") {
 			break
 		}
 		time.Sleep(100 * time.Millisecond)
@@ -276,6 +291,7 @@ func (c *Coordinator) launch(listen string) error {
 		c.logs.add(string(line))
 		var l logLine
 		if bytes.Contains(line, []byte(`"listening"`)) && json.Unmarshal(line, &l) == nil && l.Msg == "listening" {
+			l.raw = append([]byte(nil), line...)
 			select {
 			case listening <- l:
 			default:
@@ -301,7 +317,7 @@ func (c *Coordinator) launch(listen string) error {
 		close(exited)
 	}()
 	c.mu.Lock()
-	c.cmd, c.exited, c.listening, c.state = cmd, exited, listening, nil
+	c.cmd, c.exited, c.listening, c.state, c.listeningLn = cmd, exited, listening, nil, nil
 	c.mu.Unlock()
 	return nil
 }
@@ -317,11 +333,12 @@ func (c *Coordinator) awaitListening(timeout time.Duration) error {
 			return errors.New(`the "listening" line has no addr`)
 		}
 		c.mu.Lock()
-		c.listeningAt = l.Time
+		c.listeningAt, c.listeningLn = l.Time, l.raw
 		c.mu.Unlock()
 		if c.Addr == "" {
-			c.Addr = l.Addr
-			c.BaseURL = "http://" + l.Addr
+			c.listen = l.Addr
+			c.Addr = dialable(l.Addr)
+			c.BaseURL = "http://" + c.Addr
 		}
 		return nil
 	case <-exited:
@@ -340,6 +357,36 @@ type logLine struct {
 	Time time.Time `json:"time"`
 	Msg  string    `json:"msg"`
 	Addr string    `json:"addr"`
+	raw  []byte
+}
+
+// dialable is addr (host:port of a listener) with an unspecified host (0.0.0.0, ::)
+// replaced by 127.0.0.1, which reaches it.
+func dialable(addr string) string {
+	host, port, err := net.SplitHostPort(addr)
+	if err != nil {
+		return addr
+	}
+	if ip := net.ParseIP(host); ip != nil && ip.IsUnspecified() {
+		return net.JoinHostPort("127.0.0.1", port)
+	}
+	return addr
+}
+
+// ListeningLine is the current process's "listening" log line, decoded (addr, scheme,
+// auth, ...); nil before it came.
+func (c *Coordinator) ListeningLine() map[string]any {
+	c.mu.Lock()
+	raw := c.listeningLn
+	c.mu.Unlock()
+	if raw == nil {
+		return nil
+	}
+	var m map[string]any
+	if err := json.Unmarshal(raw, &m); err != nil {
+		return nil
+	}
+	return m
 }
 
 // coordinatorEnv is the test's environment without the coordinator's own settings, so

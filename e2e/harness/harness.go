@@ -19,6 +19,12 @@
 // StartPGProxy puts a TCP proxy between a coordinator and the cluster that can lose the
 // answer to one COMMIT (PGProxy.ArmCommitLoss), for the tests of an unknown commit outcome.
 //
+// With authentication on (auth.go): AdminTokenFile writes an admin token for
+// --admin-token-file (StartAuthCoordinator does it all); Coordinator.AdminToken holds it,
+// CreateTokens makes tokens through the API as admin, CreateTokenCLI and TokenCommand
+// through `coordinator token` on the database, and WithToken (Admin) returns clients like
+// Client and HTTP that send a token, which Client and HTTP themselves never do.
+//
 // Everything listens on 127.0.0.1 only. Every process is stopped by t.Cleanup, also when
 // the test fails, and is killed by the kernel (PR_SET_PDEATHSIG) if the test binary itself
 // dies. When a test fails, the tail of each process's log is written to the test's log.

@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -50,6 +51,11 @@ const (
 // coordinator (a separate process too). Processes of every kind are SIGKILLed at random
 // moments and started again, PostgreSQL crashes, checkpoints are aborted under the
 // pipeline's feet; at the end every sink holds events 1..N exactly once.
+//
+// Authentication is on: each participant process sends its own participant token, the
+// trigger a trigger token, the operator's aborts an operator token, the test's reads a
+// read token. Every commit is decided by (decided_by) the participant whose vote completed
+// it, and no secret appears in any log.
 func TestPipelineExactlyOnce(t *testing.T) {
 	t.Parallel()
 	started := time.Now()
@@ -68,16 +74,23 @@ func TestPipelineExactlyOnce(t *testing.T) {
 	}
 	ctx := context.Background()
 
-	server := harness.StartCoordinator(t, cluster.NewDatabase(t))
+	server := harness.StartAuthCoordinator(t, cluster.NewDatabase(t))
 	sinkDB := cluster.NewDatabase(t)
-	coord, err := cc.NewCoordinator(server.BaseURL, cc.Options{RequestTimeout: 5 * time.Second, MaxBackoff: 500 * time.Millisecond})
-	if err != nil {
-		t.Fatal(err)
-	}
 	const job = "pipeline"
 	sinkNames := []string{"pg-sink", "file-sink", "py-sink"}
-	if _, err := coord.PutJob(ctx, job, cc.JobConfig{
-		Participants:        append([]string{"source"}, sinkNames...),
+	participants := append([]string{"source"}, sinkNames...)
+	tokens := newTokens(t, server, job, participants)
+	client := func(token string) *cc.Coordinator {
+		c, err := cc.NewCoordinator(server.BaseURL, cc.Options{Token: token, RequestTimeout: 5 * time.Second, MaxBackoff: 500 * time.Millisecond})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return c
+	}
+	// coord reads; operator changes the job and aborts by hand.
+	coord, operator := client(tokens.secret["read"]), client(tokens.secret["operator"])
+	if _, err := operator.PutJob(ctx, job, cc.JobConfig{
+		Participants:        participants,
 		CheckpointTimeoutMs: ptr(int64(checkpointTimeout)),
 	}); err != nil {
 		t.Fatal(err)
@@ -89,7 +102,7 @@ func TestPipelineExactlyOnce(t *testing.T) {
 	base := pipeline.WorkerConfig{Coordinator: server.BaseURL, Job: job, Socket: socket}
 	worker := func(name string, edit func(*pipeline.WorkerConfig)) *pipeline.Process {
 		cfg := base
-		cfg.Name = name
+		cfg.Name, cfg.Token = name, tokens.participant(name)
 		edit(&cfg)
 		return &pipeline.Process{Name: name, Command: func() *exec.Cmd {
 			cmd := exec.Command(self, "-test.run=^$")
@@ -108,8 +121,10 @@ func TestPipelineExactlyOnce(t *testing.T) {
 			c.Role, c.Dir = pipeline.RoleFileSink, fileDir
 		}),
 		"py-sink": {Name: "py-sink", Command: func() *exec.Cmd {
-			return exec.Command(python, script, "--coordinator", server.BaseURL, "--job", job,
+			cmd := exec.Command(python, script, "--coordinator", server.BaseURL, "--job", job,
 				"--name", "py-sink", "--socket", socket, "--dir", pyDir)
+			cmd.Env = append(os.Environ(), "PYSINK_TOKEN="+tokens.participant("py-sink"))
+			return cmd
 		}},
 	}
 	for _, p := range procs {
@@ -131,7 +146,7 @@ func TestPipelineExactlyOnce(t *testing.T) {
 
 	tctx, stopTrigger := context.WithCancel(ctx)
 	defer stopTrigger()
-	trig := &cc.Trigger{Coordinator: coord, Job: job, Interval: checkpointInterval}
+	trig := &cc.Trigger{Coordinator: client(tokens.secret["trigger"]), Job: job, Interval: checkpointInterval}
 	trigDone := make(chan error, 1)
 	go func() { trigDone <- trig.Run(tctx) }()
 
@@ -183,7 +198,7 @@ func TestPipelineExactlyOnce(t *testing.T) {
 			if !ok {
 				continue
 			}
-			if _, err := coord.Abort(ctx, job, id, "chaos: operator abort"); err != nil && !errors.Is(err, cc.ErrAlreadyDecided) {
+			if _, err := operator.Abort(ctx, job, id, "chaos: operator abort"); err != nil && !errors.Is(err, cc.ErrAlreadyDecided) {
 				t.Fatalf("abort checkpoint %d: %v", id, err)
 			}
 			what = fmt.Sprintf("checkpoint %d", id)
@@ -308,11 +323,122 @@ func TestPipelineExactlyOnce(t *testing.T) {
 			abortedN++
 		}
 	}
+	checkDecidedBy(t, tokens, cps)
+	checkNoSecrets(t, "the coordinator's log", server.Logs(), tokens.secret)
+	for name, p := range procs {
+		checkNoSecrets(t, "the output of "+name, p.Output(), tokens.secret)
+	}
 	rewinds := strings.Count(procs["source"].Output(), "msg=rewound")
 	fmt.Printf("pipeline: %d events into 3 sinks (postgres, files, python); %d chaos actions in %.1fs: SIGKILL source %d, pg-sink %d, file-sink %d, py-sink %d, coordinator %d (participants in doubt %d, decided but not acked %d), postgres crashes %d, operator aborts %d; %d checkpoints (%d committed, %d aborted); %d source rewinds; %.1fs in all\n",
 		pipelineEvents, nkills, chaosDone.Seconds(), kills["source"], kills["pg-sink"], kills["file-sink"], kills["py-sink"], kills["coordinator"],
 		windows["in doubt"], windows["decided, not acked"], kills["postgres"], kills["abort"],
 		len(cps), committedN, abortedN, rewinds, time.Since(started).Seconds())
+}
+
+// pipelineTokens are the pipeline's tokens: one participant token per participant (named
+// <job>.<participant>), and a trigger, an operator and a read token on the job; secret
+// holds each by role or participant name, and the admin token as "admin".
+type pipelineTokens struct {
+	secret map[string]string // role or participant -> secret
+	name   map[string]string // role or participant -> token name
+}
+
+func (tk *pipelineTokens) participant(p string) string { return tk.secret["participant "+p] }
+
+// newTokens creates the pipeline's tokens through server (as admin).
+func newTokens(t *testing.T, server *harness.Coordinator, job string, participants []string) *pipelineTokens {
+	t.Helper()
+	tk := &pipelineTokens{secret: map[string]string{"admin": server.AdminToken}, name: map[string]string{"admin": "admin"}}
+	var keys []string
+	var specs []harness.TokenSpec
+	for _, role := range []string{"trigger", "operator", "read"} {
+		keys = append(keys, role)
+		specs = append(specs, harness.TokenSpec{Name: job + "-" + role, Scopes: []string{role}, Job: job})
+	}
+	for _, p := range participants {
+		keys = append(keys, "participant "+p)
+		specs = append(specs, harness.TokenSpec{Name: job + "." + p, Scopes: []string{"participant"}, Job: job, Participant: p})
+	}
+	for i, s := range server.CreateTokens(t, specs...) {
+		tk.secret[keys[i]], tk.name[keys[i]] = s, specs[i].Name
+	}
+	return tk
+}
+
+// checkDecidedBy checks decided_by on every checkpoint of cps (all of the job): a commit
+// is decided by the prepared vote that completed it, so decided_by is the token of the
+// participant whose vote was recorded when the commit was (voted_at = decided_at: on this
+// checkpoint, or on a lower one whose commit carried it); an abort by a participant (an
+// abort vote, the source rewinding, a registration), the operator, or a deadline (null).
+func checkDecidedBy(t *testing.T, tk *pipelineTokens, cps []cc.Checkpoint) {
+	t.Helper()
+	participantOf := map[string]string{} // token name -> participant
+	for key, name := range tk.name {
+		if p, ok := strings.CutPrefix(key, "participant "); ok {
+			participantOf[name] = p
+		}
+	}
+	// Who voted at each instant.
+	votedAt := map[time.Time][]string{}
+	for _, cp := range cps {
+		for _, p := range cp.Participants {
+			if p.VotedAt != nil {
+				votedAt[p.VotedAt.UTC()] = append(votedAt[p.VotedAt.UTC()], p.Name)
+			}
+		}
+	}
+	count := map[string]int{}
+	bad := 0
+	for _, cp := range cps {
+		by := ""
+		if cp.DecidedBy != nil {
+			by = *cp.DecidedBy
+		}
+		switch cp.Status {
+		case cc.Committed, cc.Committing:
+			count["commit by "+by]++
+			if _, ok := participantOf[by]; !ok {
+				bad++
+				t.Errorf("checkpoint %d committed, decided_by %q: not a participant's token", cp.Id, by)
+				continue
+			}
+			voters := votedAt[cp.DecidedAt.UTC()]
+			if !slices.Contains(voters, participantOf[by]) {
+				bad++
+				t.Errorf("checkpoint %d committed at %v, decided_by %q (participant %s), but the vote recorded then was %v's",
+					cp.Id, cp.DecidedAt, by, participantOf[by], voters)
+			}
+		case cc.Aborted:
+			if by == "" {
+				count["abort by deadline"]++
+				continue
+			}
+			count["abort by "+by]++
+			if _, ok := participantOf[by]; !ok && by != tk.name["operator"] {
+				bad++
+				t.Errorf("checkpoint %d aborted (%v), decided_by %q: neither a participant's token nor the operator's", cp.Id, cp.AbortReason, by)
+			}
+		default:
+			if by != "" {
+				t.Errorf("checkpoint %d is %s, decided_by %q", cp.Id, cp.Status, by)
+			}
+		}
+		if bad > 10 {
+			t.Fatalf("more than 10 checkpoints decided by the wrong token")
+		}
+	}
+	t.Logf("checkpoints decided by: %v", count)
+}
+
+// checkNoSecrets fails the test if a secret (name -> secret) appears in text; it never
+// prints one.
+func checkNoSecrets(t *testing.T, where, text string, secrets map[string]string) {
+	t.Helper()
+	for name, s := range secrets {
+		if s != "" && strings.Contains(text, s) {
+			t.Errorf("the secret of the %s token appears in %s", name, where)
+		}
+	}
 }
 
 const (

@@ -36,6 +36,8 @@ type WorkerConfig struct {
 	Role string `json:"role"`
 	// Coordinator is the coordinator's base URL.
 	Coordinator string `json:"coordinator"`
+	// Token is the bearer token the worker sends (its participant token), "" for none.
+	Token string `json:"token,omitempty"`
 	// Job and Name are the job and the worker's participant name in it.
 	Job  string `json:"job"`
 	Name string `json:"name"`
@@ -78,6 +80,7 @@ func WorkerMain() int {
 
 func runWorker(ctx context.Context, cfg WorkerConfig, log *slog.Logger) error {
 	coord, err := cc.NewCoordinator(cfg.Coordinator, cc.Options{
+		Token:          cfg.Token,
 		RequestTimeout: 5 * time.Second, MinBackoff: 20 * time.Millisecond, MaxBackoff: 500 * time.Millisecond,
 	})
 	if err != nil {

@@ -680,6 +680,12 @@ type GetCheckpointParams struct {
 	WaitMs *int64 `form:"wait_ms,omitempty" json:"wait_ms,omitempty"`
 }
 
+// GetPendingParams defines parameters for GetPending.
+type GetPendingParams struct {
+	// WaitMs Long-poll while nothing is owed, up to this many milliseconds.
+	WaitMs *int64 `form:"wait_ms,omitempty" json:"wait_ms,omitempty"`
+}
+
 // ListTokensParams defines parameters for ListTokens.
 type ListTokensParams struct {
 	// Limit Page size, 1 to 1000 (default 100).
@@ -777,7 +783,7 @@ type ServerInterface interface {
 	PutVote(w http.ResponseWriter, r *http.Request, job JobName, id CheckpointID, participant ParticipantName)
 	// GetPending Everything a participant still owes, oldest first.
 	// (GET /v1/jobs/{job}/participants/{participant}/pending)
-	GetPending(w http.ResponseWriter, r *http.Request, job JobName, participant ParticipantName)
+	GetPending(w http.ResponseWriter, r *http.Request, job JobName, participant ParticipantName, params GetPendingParams)
 	// RegisterParticipant Start a new epoch for a participant and list what it owes.
 	// (POST /v1/jobs/{job}/participants/{participant}/register)
 	RegisterParticipant(w http.ResponseWriter, r *http.Request, job JobName, participant ParticipantName)
@@ -921,7 +927,7 @@ func (_ Unimplemented) PutVote(w http.ResponseWriter, r *http.Request, job JobNa
 
 // GetPending Everything a participant still owes, oldest first.
 // (GET /v1/jobs/{job}/participants/{participant}/pending)
-func (_ Unimplemented) GetPending(w http.ResponseWriter, r *http.Request, job JobName, participant ParticipantName) {
+func (_ Unimplemented) GetPending(w http.ResponseWriter, r *http.Request, job JobName, participant ParticipantName, params GetPendingParams) {
 	w.WriteHeader(http.StatusNotImplemented)
 }
 
@@ -1714,8 +1720,24 @@ func (siw *ServerInterfaceWrapper) GetPending(w http.ResponseWriter, r *http.Req
 		return
 	}
 
+	// Parameter object where we will unmarshal all parameters from the context
+	var params GetPendingParams
+
+	// ------------- Optional query parameter "wait_ms" -------------
+
+	err = runtime.BindQueryParameterWithOptions("form", true, false, "wait_ms", r.URL.Query(), &params.WaitMs, runtime.BindQueryParameterOptions{Type: "integer", Format: "int64"})
+	if err != nil {
+		var requiredError *runtime.RequiredParameterError
+		if errors.As(err, &requiredError) {
+			siw.ErrorHandlerFunc(w, r, &RequiredParamError{ParamName: "wait_ms"})
+		} else {
+			siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "wait_ms", Err: err})
+		}
+		return
+	}
+
 	handler := http.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		siw.Handler.GetPending(w, r, job, participant)
+		siw.Handler.GetPending(w, r, job, participant, params)
 	}))
 
 	for _, middleware := range siw.HandlerMiddlewares {
@@ -2969,6 +2991,7 @@ func (response PutVotedefaultApplicationProblemPlusJSONResponse) VisitPutVoteRes
 type GetPendingRequestObject struct {
 	Job         JobName         `json:"job"`
 	Participant ParticipantName `json:"participant"`
+	Params      GetPendingParams
 }
 
 type GetPendingResponseObject interface {
@@ -3934,11 +3957,12 @@ func (sh *strictHandler) PutVote(w http.ResponseWriter, r *http.Request, job Job
 }
 
 // GetPending operation middleware
-func (sh *strictHandler) GetPending(w http.ResponseWriter, r *http.Request, job JobName, participant ParticipantName) {
+func (sh *strictHandler) GetPending(w http.ResponseWriter, r *http.Request, job JobName, participant ParticipantName, params GetPendingParams) {
 	var request GetPendingRequestObject
 
 	request.Job = job
 	request.Participant = participant
+	request.Params = params
 
 	handler := func(ctx context.Context, w http.ResponseWriter, r *http.Request, request interface{}) (interface{}, error) {
 		return sh.ssi.GetPending(ctx, request.(GetPendingRequestObject))

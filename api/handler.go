@@ -70,7 +70,7 @@ type Options struct {
 func NewHandler(svc *coordinator.Service, opts Options) http.Handler {
 	srv := &server{svc: svc, build: opts.Build, metrics: opts.Metrics}
 	if opts.Auth != nil {
-		srv.tokens = opts.Tokens
+		srv.tokens, srv.auth = opts.Tokens, opts.Auth
 	}
 	return newHandler(srv, opts)
 }

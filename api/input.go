@@ -77,6 +77,7 @@ var queryParams = map[string]reflect.Type{
 	"GET /v1/checkpoints":                 reflect.TypeFor[ListOpenCheckpointsParams](),
 	"GET /v1/tokens":                      reflect.TypeFor[ListTokensParams](),
 	"GET /v1/audit":                       reflect.TypeFor[ListAuditParams](),
+	"GET /v1/jobs/{job}/participants/{participant}/pending": reflect.TypeFor[GetPendingParams](),
 }
 
 // queryNames is queryParams with the names read out of the types.

@@ -22,8 +22,7 @@ func testUnknownQueryParameters(t *testing.T) {
 		method, path, body string
 		field, message     string // the field error wanted
 	}{
-		// Specified (Waiting without polling) but not implemented: refused, not ignored.
-		{"GET", "/v1/jobs/j/participants/a/pending?wait_ms=1000", "", "wait_ms", "which takes none"},
+		{"GET", "/v1/jobs/j/participants/a/pending?wait=1000", "", "wait", "which takes wait_ms"},
 		{"GET", "/v1/jobs?limt=5", "", "limt", "which takes limit, cursor"},
 		{"HEAD", "/v1/jobs?limt=5", "", "limt", ""},
 		{"GET", "/v1/jobs?Limit=5", "", "Limit", `did you mean "limit"?`},

@@ -25,6 +25,7 @@ type server struct {
 	svc          *coordinator.Service
 	build        *BuildInfo          // for GET /v1/info; nil: not known
 	tokens       *coordinator.Tokens // for /v1/tokens; nil: authentication is off
+	auth         *coordinator.Authenticator
 	metrics      *metrics.Metrics    // for /metrics; nil: not served
 }
 
@@ -109,7 +110,11 @@ func (s *server) RegisterParticipant(ctx context.Context, req RegisterParticipan
 }
 
 func (s *server) GetPending(ctx context.Context, req GetPendingRequestObject) (GetPendingResponseObject, error) {
-	p, err := s.svc.Pending(ctx, req.Job, req.Participant)
+	var wait int64
+	if req.Params.WaitMs != nil {
+		wait = *req.Params.WaitMs
+	}
+	p, err := s.svc.Pending(ctx, req.Job, req.Participant, milliseconds(wait))
 	if err != nil {
 		return nil, err
 	}

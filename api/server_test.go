@@ -353,7 +353,7 @@ func testClientRound(t *testing.T) {
 		}
 	}
 
-	pending, err := c.GetPendingWithResponse(ctx, "payments", "pg-sink-1")
+	pending, err := c.GetPendingWithResponse(ctx, "payments", "pg-sink-1", nil)
 	if err != nil || pending.StatusCode() != 200 || len(pending.JSON200.Items) != 1 ||
 		pending.JSON200.Items[0].Action != coordinatorclient.PendingActionVote || pending.JSON200.Epoch != epochs["pg-sink-1"] {
 		t.Fatalf("pending: %v %s", err, pending.Body)
@@ -400,7 +400,7 @@ func testClientRound(t *testing.T) {
 		t.Fatalf("delete while committing: %v %d %s", err, del.StatusCode(), del.Body)
 	}
 
-	pending, err = c.GetPendingWithResponse(ctx, "payments", "kafka-sink-0")
+	pending, err = c.GetPendingWithResponse(ctx, "payments", "kafka-sink-0", nil)
 	if err != nil || len(pending.JSON200.Items) != 1 || pending.JSON200.Items[0].Action != coordinatorclient.PendingActionCommit ||
 		string(pending.JSON200.Items[0].Committables) != `[{"topic":"orders","partition":3,"offset":1041},"x"]` {
 		t.Fatalf("pending commit: %v %s", err, pending.Body)

@@ -38,6 +38,10 @@ func (s *server) CreateToken(ctx context.Context, req CreateTokenRequestObject) 
 	if err != nil {
 		return nil, err
 	}
+	// This coordinator accepts it from its answer on; the others within RefreshInterval.
+	if err := s.auth.Refresh(ctx); err != nil {
+		return nil, err
+	}
 	view := tokenBody(created)
 	body := TokenCreated{Name: view.Name, Scopes: view.Scopes, Job: view.Job, Participant: view.Participant,
 		CreatedAt: view.CreatedAt, ExpiresAt: view.ExpiresAt, Token: secret}

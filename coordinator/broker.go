@@ -2,6 +2,7 @@ package coordinator
 
 import (
 	"strconv"
+	"strings"
 	"sync"
 )
 
@@ -38,6 +39,12 @@ func (s *Subscription) Cancel() { s.cancel() }
 
 func brokerKey(job string, id int64) string { return job + "/" + strconv.FormatInt(id, 10) }
 
+// AnyCheckpoint, as the id of Subscribe, subscribes to every change of the job that may
+// concern its participants: a checkpoint opened or decided, a participant registered
+// (NotifyJob, and every Publish or Notify of one of its checkpoints). It is what a
+// participant's long-poll on pending waits for.
+const AnyCheckpoint = 0
+
 // Subscribe returns a subscription woken by the next Publish or Notify of the checkpoint
 // (or NotifyAll).
 func (b *Broker) Subscribe(job string, id int64) *Subscription {
@@ -71,17 +78,33 @@ func (b *Broker) Subscribe(job string, id int64) *Subscription {
 
 // Publish wakes every waiter of cp with cp as it was committed: a store calls it once the
 // transaction that saved cp's decision has committed, and must not change cp after.
-func (b *Broker) Publish(cp *Checkpoint) { b.wake(brokerKey(cp.Job, cp.ID), cp) }
+func (b *Broker) Publish(cp *Checkpoint) {
+	b.wake(brokerKey(cp.Job, cp.ID), cp)
+	b.wake(brokerKey(cp.Job, AnyCheckpoint), nil)
+}
 
 // Notify wakes every waiter of the checkpoint, which will read it.
 func (b *Broker) Notify(job string, id int64) { b.NotifyKey(brokerKey(job, id)) }
 
-// NotifyKey wakes every waiter of the checkpoint named "job/id", as stores announce it.
-func (b *Broker) NotifyKey(key string) { b.wake(key, nil) }
+// NotifyJob wakes the waiters of every change of job (AnyCheckpoint): a store calls it once
+// a checkpoint opened or a participant registered has committed.
+func (b *Broker) NotifyJob(job string) { b.wake(brokerKey(job, AnyCheckpoint), nil) }
+
+// NotifyKey wakes every waiter of the checkpoint named "job/id", as stores announce it, and
+// the waiters of any change of its job.
+func (b *Broker) NotifyKey(key string) {
+	b.wake(key, nil)
+	if i := strings.LastIndexByte(key, '/'); i >= 0 && key[i+1:] != "0" {
+		b.wake(key[:i+1]+"0", nil)
+	}
+}
 
 func (b *Broker) wake(key string, cp *Checkpoint) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
+	if len(b.waiters[key]) == 0 {
+		return
+	}
 	for sub := range b.waiters[key] {
 		sub.cp = cp
 		close(sub.done)

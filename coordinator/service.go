@@ -243,10 +243,55 @@ func current(st *JobState, cps []*Checkpoint) []*Checkpoint {
 }
 
 // Pending lists what participant owes, oldest first, with its current epoch.
-func (s *Service) Pending(ctx context.Context, job, participant string) (*Pending, error) {
+//
+// With wait > 0 and nothing owed, it waits up to wait for something to be: a checkpoint
+// opened or decided, or the participant registered again (its epoch changed), through this
+// process or any other on the database; then it answers as it stands. No database read is
+// made while nothing changes.
+func (s *Service) Pending(ctx context.Context, job, participant string, wait time.Duration) (*Pending, error) {
 	if err := validateNames(job, participant); err != nil {
 		return nil, err
 	}
+	if wait < 0 || wait > MaxLongPoll {
+		var f fieldErrors
+		f.add("wait_ms", "must be from 0 to %d", MaxLongPoll.Milliseconds())
+		return nil, f.err()
+	}
+	if wait == 0 || s.waitsEnded() {
+		return s.pending(ctx, job, participant)
+	}
+	timer := time.NewTimer(wait)
+	defer timer.Stop()
+	var epoch int64
+	for first := true; ; first = false {
+		// Subscribe before reading, so that a change after the read wakes us.
+		sub := s.store.Subscribe(job, AnyCheckpoint)
+		p, err := s.pending(ctx, job, participant)
+		if first && err == nil {
+			epoch = p.Epoch
+		}
+		if err != nil || len(p.Items) > 0 || p.Epoch != epoch {
+			sub.Cancel()
+			return p, err
+		}
+		select {
+		case <-sub.Done():
+			// Something of the job changed (or may have): read again.
+		case <-timer.C:
+			sub.Cancel()
+			return p, nil
+		case <-s.closing:
+			sub.Cancel()
+			return p, nil
+		case <-ctx.Done():
+			sub.Cancel()
+			return nil, ctx.Err()
+		}
+	}
+}
+
+// pending reads what participant owes now.
+func (s *Service) pending(ctx context.Context, job, participant string) (*Pending, error) {
 	var out *Pending
 	err := s.store.View(ctx, job, func(tx JobTx) error {
 		owing, err := tx.Owing(ctx, participant)

@@ -115,7 +115,7 @@ func TestProtocol(t *testing.T) {
 		if err != nil || com.JSON200 == nil || com.JSON200.Status != coordinatorclient.Committing {
 			t.Fatalf("commit: %v %s", err, com.Body)
 		}
-		pend, err := c.GetPendingWithResponse(ctx, "client-round", "source")
+		pend, err := c.GetPendingWithResponse(ctx, "client-round", "source", nil)
 		if err != nil || pend.JSON200 == nil || len(pend.JSON200.Items) != 1 || pend.JSON200.Items[0].Action != coordinatorclient.PendingActionCommit ||
 			string(pend.JSON200.Items[0].Committables) != string(offsets) {
 			t.Fatalf("pending: %v %s", err, pend.Body)

@@ -253,7 +253,7 @@ func TestPipelineExactlyOnce(t *testing.T) {
 		open, err := coord.Checkpoints(ctx, job, cc.Preparing, cc.Committing)
 		owed := 0
 		for _, name := range append([]string{"source"}, sinkNames...) {
-			p, perr := coord.Pending(ctx, job, name)
+			p, perr := coord.Pending(ctx, job, name, 0)
 			if perr != nil {
 				err = perr
 				break

@@ -35,6 +35,7 @@ type batch struct {
 	last      map[string]*jobTx // per job, its latest update in the batch
 	answers   []error           // per update run: its answer once committed
 	decided   [][]*coordinator.Checkpoint
+	announced []string // jobs whose waiters on any change are told once committed
 	recorded  []recorded        // the votes and acks the batch recorded
 	lingerEnd time.Time         // how long the batch may wait for followers, once it does
 	stale     *bool             // a cached state's check failed: the transaction is lost
@@ -287,6 +288,9 @@ func (b *batch) run() error {
 			return fnErr
 		}
 		b.answers, b.decided = append(b.answers, fnErr), append(b.decided, t.decided)
+		if t.announced {
+			b.announced = append(b.announced, o.Job)
+		}
 		b.last[o.Job] = t
 		b.recorded = append(b.recorded, t.recorded...)
 	}
@@ -359,6 +363,9 @@ func (b *batch) finish(began time.Time) error {
 				b.c.store.broker.Notify(cp.Job, cp.ID)
 			}
 		}
+		for _, job := range b.announced {
+			b.c.store.broker.NotifyJob(job)
+		}
 		var pgErr *pgconn.PgError
 		if errors.As(err, &pgErr) || pgconn.SafeToRetry(err) {
 			// The database refused, or nothing reached it: nothing was committed.
@@ -380,6 +387,9 @@ func (b *batch) finish(began time.Time) error {
 			b.last[o.Job] = nil
 			b.c.cache.put(t, t.version, began)
 		}
+	}
+	for _, job := range b.announced {
+		b.c.store.broker.NotifyJob(job)
 	}
 	for i, o := range b.ops {
 		for _, cp := range b.decided[i] {

@@ -36,6 +36,7 @@ type jobTx struct {
 	queue     *writeQueue
 	origin    string                    // names this process in announcements (channel)
 	decided   []*coordinator.Checkpoint // as saved, published once committed
+	announced bool                      // a checkpoint opened or an epoch changed: the job's waiters are told once committed
 	lastWrite *participantWrite         // the last statement queued, if a participant write (queueStatus merges)
 
 	// checkpoints holds this transaction's own copies of the job's checkpoints that it read
@@ -546,6 +547,11 @@ func (t *jobTx) Apply(ctx context.Context, m *coordinator.Mutation) error {
 	}
 	for _, e := range m.Epochs {
 		t.queue.add("set epoch of "+e.Participant, setEpochSQL, t.job.Name, e.Participant, e.Epoch)
+	}
+	if (m.Opened != nil || len(m.Epochs) > 0) && !t.announced {
+		// Participants waiting on pending, here and in other processes, read again.
+		t.announced = true
+		t.queue.add("announce the job", announceSQL, t.origin+" "+coordinator.BrokerKey(t.job.Name, coordinator.AnyCheckpoint))
 	}
 	for _, v := range m.Votes {
 		t.recorded = append(t.recorded, recorded{job: t.job.Name, id: v.Checkpoint})

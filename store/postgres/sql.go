@@ -268,6 +268,10 @@ func saveStatusWithSQL(write string, n int) string {
 
 // PostgreSQL store only
 
+// announceSQL announces to other processes that job changed (payload $1, "origin job/0"):
+// a checkpoint opened or a participant registered, for the participants waiting on pending.
+const announceSQL = "SELECT pg_notify('" + channel + "', $1)"
+
 // listenSQL listens for the decisions other processes announce.
 const listenSQL = "LISTEN " + channel
 

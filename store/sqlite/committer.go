@@ -73,6 +73,7 @@ func (s *Store) commit(ops []*groupcommit.Op) (err error) {
 	defer tx.Rollback() //nolint:errcheck // after Commit it is a no-op
 	results := make([]error, len(ops))
 	decided := make([][]*coordinator.Checkpoint, len(ops))
+	var announced []string
 	for i, o := range ops {
 		if !o.Start() {
 			continue // its caller gave up on it: it must not run, and is answered
@@ -92,15 +93,21 @@ func (s *Store) commit(ops []*groupcommit.Op) (err error) {
 				// applied, and the update's own error says why.
 				return fmt.Errorf("%w (then rolling back to its savepoint: %w)", err, rbErr)
 			}
-			t.decided = nil
+			t.decided, t.announced = nil, false
 		}
 		if _, err := tx.ExecContext(ctx, releaseSavepointSQL); err != nil {
 			return err
 		}
 		results[i], decided[i] = err, t.decided
+		if t.announced {
+			announced = append(announced, o.Job)
+		}
 	}
 	if err := tx.Commit(); err != nil {
 		return fmt.Errorf("commit: %w", err)
+	}
+	for _, job := range announced {
+		s.broker.NotifyJob(job)
 	}
 	for i, o := range ops {
 		for _, cp := range decided[i] {

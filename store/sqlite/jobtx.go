@@ -19,6 +19,9 @@ type jobTx struct {
 	job     *coordinator.Job
 	now     time.Time
 	decided []*coordinator.Checkpoint // as saved, published once committed
+	// announced: a checkpoint opened or an epoch changed; the job's waiters are told once
+	// committed.
+	announced bool
 }
 
 var _ coordinator.JobTx = (*jobTx)(nil)
@@ -159,6 +162,7 @@ func (t *jobTx) Apply(ctx context.Context, m *coordinator.Mutation) error {
 			return err
 		}
 	}
+	t.announced = t.announced || m.Opened != nil || len(m.Epochs) > 0
 	for _, v := range m.Votes {
 		if err := t.saveVote(ctx, v.Checkpoint, &v.Participant); err != nil {
 			return err

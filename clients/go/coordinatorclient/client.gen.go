@@ -679,6 +679,12 @@ type GetCheckpointParams struct {
 	WaitMs *int64 `form:"wait_ms,omitempty" json:"wait_ms,omitempty"`
 }
 
+// GetPendingParams defines parameters for GetPending.
+type GetPendingParams struct {
+	// WaitMs Long-poll while nothing is owed, up to this many milliseconds.
+	WaitMs *int64 `form:"wait_ms,omitempty" json:"wait_ms,omitempty"`
+}
+
 // ListTokensParams defines parameters for ListTokens.
 type ListTokensParams struct {
 	// Limit Page size, 1 to 1000 (default 100).
@@ -1073,8 +1079,14 @@ type ClientInterface interface {
 	// checkpoint where it voted `prepared` and has not acked (roll its committables back,
 	// then ack).
 	//
+	// With `wait_ms` and nothing owed, it waits up to that long until something is (a
+	// checkpoint opens, or one the participant voted in is decided) or the participant
+	// registers again, through any coordinator on the database, then answers; with
+	// something owed it answers at once. A participant needs no other loop: register, then
+	// `pending?wait_ms=...`, act, repeat. An idle participant costs one request per `wait_ms`.
+	//
 	// Corresponds with GET /v1/jobs/{job}/participants/{participant}/pending (the `GetPending` operationId).
-	GetPending(ctx context.Context, job JobName, participant ParticipantName, reqEditors ...RequestEditorFn) (*http.Response, error)
+	GetPending(ctx context.Context, job JobName, participant ParticipantName, params *GetPendingParams, reqEditors ...RequestEditorFn) (*http.Response, error)
 
 	// RegisterParticipant Start a new epoch for a participant and list what it owes.
 	//
@@ -1688,9 +1700,15 @@ func (c *Client) PutVote(ctx context.Context, job JobName, id CheckpointID, part
 // checkpoint where it voted `prepared` and has not acked (roll its committables back,
 // then ack).
 //
+// With `wait_ms` and nothing owed, it waits up to that long until something is (a
+// checkpoint opens, or one the participant voted in is decided) or the participant
+// registers again, through any coordinator on the database, then answers; with
+// something owed it answers at once. A participant needs no other loop: register, then
+// `pending?wait_ms=...`, act, repeat. An idle participant costs one request per `wait_ms`.
+//
 // Corresponds with GET /v1/jobs/{job}/participants/{participant}/pending (the `GetPending` operationId).
-func (c *Client) GetPending(ctx context.Context, job JobName, participant ParticipantName, reqEditors ...RequestEditorFn) (*http.Response, error) {
-	req, err := NewGetPendingRequest(c.Server, job, participant)
+func (c *Client) GetPending(ctx context.Context, job JobName, participant ParticipantName, params *GetPendingParams, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewGetPendingRequest(c.Server, job, participant, params)
 	if err != nil {
 		return nil, err
 	}
@@ -2845,7 +2863,7 @@ func NewPutVoteRequestWithBody(server string, job JobName, id CheckpointID, part
 }
 
 // NewGetPendingRequest constructs an http.Request for the GetPending method
-func NewGetPendingRequest(server string, job JobName, participant ParticipantName) (*http.Request, error) {
+func NewGetPendingRequest(server string, job JobName, participant ParticipantName, params *GetPendingParams) (*http.Request, error) {
 	var err error
 
 	var pathParam0 string
@@ -2875,6 +2893,33 @@ func NewGetPendingRequest(server string, job JobName, participant ParticipantNam
 	queryURL, err := serverURL.Parse(operationPath)
 	if err != nil {
 		return nil, err
+	}
+
+	if params != nil {
+		// queryValues collects non-styled parameters (passthrough, JSON)
+		// that are safe to round-trip through url.Values.Encode().
+		queryValues := queryURL.Query()
+		// rawQueryFragments collects pre-encoded query fragments from
+		// styled parameters, preserving literal commas as delimiters
+		// per the OpenAPI spec (e.g. "color=blue,black,brown").
+		var rawQueryFragments []string
+
+		if params.WaitMs != nil {
+
+			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "wait_ms", *params.WaitMs, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "integer", Format: "int64"}); err != nil {
+				return nil, err
+			} else {
+				for _, qp := range strings.Split(queryFrag, "&") {
+					rawQueryFragments = append(rawQueryFragments, qp)
+				}
+			}
+
+		}
+
+		if encoded := queryValues.Encode(); encoded != "" {
+			rawQueryFragments = append(rawQueryFragments, encoded)
+		}
+		queryURL.RawQuery = strings.Join(rawQueryFragments, "&")
 	}
 
 	req, err := http.NewRequest(http.MethodGet, queryURL.String(), nil)
@@ -3457,10 +3502,16 @@ type ClientWithResponsesInterface interface {
 	// checkpoint where it voted `prepared` and has not acked (roll its committables back,
 	// then ack).
 	//
+	// With `wait_ms` and nothing owed, it waits up to that long until something is (a
+	// checkpoint opens, or one the participant voted in is decided) or the participant
+	// registers again, through any coordinator on the database, then answers; with
+	// something owed it answers at once. A participant needs no other loop: register, then
+	// `pending?wait_ms=...`, act, repeat. An idle participant costs one request per `wait_ms`.
+	//
 	// Returns a wrapper object for the known response body format(s).
 	//
 	// Corresponds with GET /v1/jobs/{job}/participants/{participant}/pending (the `GetPending` operationId).
-	GetPendingWithResponse(ctx context.Context, job JobName, participant ParticipantName, reqEditors ...RequestEditorFn) (*GetPendingResponse, error)
+	GetPendingWithResponse(ctx context.Context, job JobName, participant ParticipantName, params *GetPendingParams, reqEditors ...RequestEditorFn) (*GetPendingResponse, error)
 
 	// RegisterParticipantWithResponse Start a new epoch for a participant and list what it owes.
 	//
@@ -5409,11 +5460,17 @@ func (c *ClientWithResponses) PutVoteWithResponse(ctx context.Context, job JobNa
 // checkpoint where it voted `prepared` and has not acked (roll its committables back,
 // then ack).
 //
+// With `wait_ms` and nothing owed, it waits up to that long until something is (a
+// checkpoint opens, or one the participant voted in is decided) or the participant
+// registers again, through any coordinator on the database, then answers; with
+// something owed it answers at once. A participant needs no other loop: register, then
+// `pending?wait_ms=...`, act, repeat. An idle participant costs one request per `wait_ms`.
+//
 // Returns a wrapper object for the known response body format(s).
 //
 // Corresponds with GET /v1/jobs/{job}/participants/{participant}/pending (the `GetPending` operationId).
-func (c *ClientWithResponses) GetPendingWithResponse(ctx context.Context, job JobName, participant ParticipantName, reqEditors ...RequestEditorFn) (*GetPendingResponse, error) {
-	rsp, err := c.GetPending(ctx, job, participant, reqEditors...)
+func (c *ClientWithResponses) GetPendingWithResponse(ctx context.Context, job JobName, participant ParticipantName, params *GetPendingParams, reqEditors ...RequestEditorFn) (*GetPendingResponse, error) {
+	rsp, err := c.GetPending(ctx, job, participant, params, reqEditors...)
 	if err != nil {
 		return nil, err
 	}

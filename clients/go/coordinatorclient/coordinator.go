@@ -267,11 +267,19 @@ func (c *Coordinator) Register(ctx context.Context, job, participant string) (*R
 	return out, err
 }
 
-// Pending returns what participant owes, oldest first, and its current epoch.
-func (c *Coordinator) Pending(ctx context.Context, job, participant string) (*Pending, error) {
+// Pending returns what participant owes, oldest first, and its current epoch. With wait >
+// 0 and nothing owed, the coordinator waits up to wait (at most a minute) until something
+// is, or the participant registers again, before it answers: a long-poll that costs one
+// request per wait while idle.
+func (c *Coordinator) Pending(ctx context.Context, job, participant string, wait time.Duration) (*Pending, error) {
+	var params GetPendingParams
+	if wait > 0 {
+		ms := min(wait, time.Minute).Milliseconds()
+		params.WaitMs = &ms
+	}
 	var out *Pending
-	err := c.do(ctx, "pending "+job+"/"+participant, 0, func(ctx context.Context) (outcome, error) {
-		r, err := c.client.GetPendingWithResponse(ctx, job, participant)
+	err := c.do(ctx, "pending "+job+"/"+participant, wait, func(ctx context.Context) (outcome, error) {
+		r, err := c.client.GetPendingWithResponse(ctx, job, participant, &params)
 		if err != nil {
 			return outcome{}, err
 		}

@@ -39,7 +39,7 @@ func TestPrepareErrorVotesAbort(t *testing.T) {
 	// b had prepared 1 (or not, if the abort came first): if it had, it rolled it back.
 	deadline := time.Now().Add(10 * time.Second)
 	for {
-		p, err := b.coord.Pending(context.Background(), "j", "b")
+		p, err := b.coord.Pending(context.Background(), "j", "b", 0)
 		if err == nil && len(p.Items) == 0 {
 			break
 		}

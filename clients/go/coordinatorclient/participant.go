@@ -61,10 +61,12 @@ var ErrDecidedMeanwhile = errors.New("checkpoint decided while preparing")
 
 // RunnerOptions configures a Runner. The zero value is usable.
 type RunnerOptions struct {
-	// PollInterval is how often the runner asks what it owes while it waits for no
-	// decision in particular (that is how it learns of new checkpoints). 0 means 100ms.
+	// PollInterval is how long the runner waits before it asks again when a long-poll for a
+	// decision failed (the coordinator unreachable, say). 0 means 100ms.
 	PollInterval time.Duration
-	// LongPoll is how long one long-poll for a decision may wait. 0 means 10s.
+	// LongPoll is how long one long-poll may wait: for a decision, and, while nothing is
+	// owed, on pending (that is how the runner learns of new checkpoints: it costs one
+	// request per LongPoll while idle). 0 means 10s, at most a minute.
 	LongPoll time.Duration
 	// MinBackoff and MaxBackoff bound the backoff between retries of a failing Commit or
 	// Abort. 0 means 100ms and 5s.
@@ -150,10 +152,16 @@ func (r *Runner[C]) Run(ctx context.Context) error {
 		if err := r.serve(ctx, items, first); err != nil {
 			return err
 		}
-		if err := r.wait(ctx); err != nil {
+		idle, err := r.wait(ctx)
+		if err != nil {
 			return err
 		}
-		pending, err := r.coord.Pending(ctx, r.job, r.name)
+		// Nothing in doubt: the coordinator holds the request until something is owed.
+		var wait time.Duration
+		if idle {
+			wait = r.opts.LongPoll
+		}
+		pending, err := r.coord.Pending(ctx, r.job, r.name, wait)
 		if err != nil {
 			return err
 		}
@@ -203,24 +211,25 @@ func (r *Runner[C]) serve(ctx context.Context, items []Item[C], first bool) erro
 }
 
 // wait blocks until there may be something new to do: a decision on the lowest
-// checkpoint in doubt (long-poll), else one poll interval.
-func (r *Runner[C]) wait(ctx context.Context) error {
+// checkpoint in doubt (long-poll). With none in doubt it returns at once, idle true: the
+// long-poll on pending then waits for what comes next.
+func (r *Runner[C]) wait(ctx context.Context) (idle bool, err error) {
 	low, ok := r.lowestInDoubt()
 	if !ok {
-		return sleep(ctx, r.opts.PollInterval)
+		return true, nil
 	}
-	_, err := r.coord.Checkpoint(ctx, r.job, low, r.opts.LongPoll)
+	_, err = r.coord.Checkpoint(ctx, r.job, low, r.opts.LongPoll)
 	if errors.Is(err, ErrNotFound) {
 		delete(r.inDoubt, low) // the job was deleted and created again: nothing owed
-		return nil
+		return false, nil
 	}
 	if err != nil {
-		return err
+		return false, err
 	}
 	// Decided, or still undecided after the long poll: either way look at what is owed
 	// before waiting again (with max_concurrent_checkpoints > 1, new checkpoints may be
 	// waiting for a vote).
-	return nil
+	return false, nil
 }
 
 // votedPrepared reports whether cp records this instance's prepared vote.

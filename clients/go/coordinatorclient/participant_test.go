@@ -438,7 +438,7 @@ func TestRecoversCommitAndAbortFromPending(t *testing.T) {
 			t.Error("rollback of checkpoint 2 was not acked")
 		}
 	}
-	if p, err := b.coord.Pending(ctx, "j", "a"); err != nil || len(p.Items) != 0 {
+	if p, err := b.coord.Pending(ctx, "j", "a", 0); err != nil || len(p.Items) != 0 {
 		t.Errorf("still owed after recovery: %+v, %v", p, err)
 	}
 }
@@ -499,7 +499,7 @@ func TestManyOwedCommitsInCheckpointOrder(t *testing.T) {
 	_, stop := run(t, b, "j", "a", pa)
 	deadline := time.Now().Add(10 * time.Second)
 	for {
-		p, err := b.coord.Pending(ctx, "j", "a")
+		p, err := b.coord.Pending(ctx, "j", "a", 0)
 		if err == nil && len(p.Items) == 0 {
 			break
 		}

@@ -12,7 +12,8 @@ the Go sink's, so the same reader checks both.
 The protocol, by hand:
   1. POST .../participants/<name>/register      -> new epoch + what is owed (pending)
   2. reconcile temp files that no pending item names with GET .../checkpoints/<id>
-  3. loop: GET .../participants/<name>/pending (epoch changed -> fenced, exit 3)
+  3. loop: GET .../participants/<name>/pending?wait_ms=... (epoch changed -> fenced, exit 3),
+     which the coordinator holds while nothing is owed
        commit items: rename temp -> final (idempotent), fsync dir, PUT .../acks/<name>
        abort items:  remove temp, PUT .../acks/<name>
        vote items:   wait for the barrier, write + fsync temp, PUT .../votes/<name>
@@ -124,8 +125,10 @@ class Coordinator:
     def register(self):
         return self.call("POST", f"/v1/jobs/{self.p(self.job)}/participants/{self.p(self.name)}/register")
 
-    def pending(self):
-        return self.call("GET", f"/v1/jobs/{self.p(self.job)}/participants/{self.p(self.name)}/pending")
+    def pending(self, wait_ms=0):
+        q = f"?wait_ms={wait_ms}" if wait_ms else ""
+        return self.call("GET", f"/v1/jobs/{self.p(self.job)}/participants/{self.p(self.name)}/pending{q}",
+                         timeout=10 + wait_ms / 1000)
 
     def checkpoint(self, cid, wait_ms=0):
         q = f"?wait_ms={wait_ms}" if wait_ms else ""
@@ -337,7 +340,7 @@ class Sink:
         else:
             self.in_doubt.add(cid)
 
-    def run(self, poll=0.03):
+    def run(self, idle_wait_ms=10000):
         reg = self.c.register()
         self.epoch = reg["epoch"]
         log("registered", epoch=self.epoch, owed=len(reg["pending"]))
@@ -355,11 +358,12 @@ class Sink:
                 elif action == "vote":
                     self.vote(cid, first)
             first = False
+            wait = 0
             if self.in_doubt:
                 self.c.checkpoint(min(self.in_doubt), wait_ms=5000)  # long-poll the decision
             else:
-                time.sleep(poll)
-            pending = self.c.pending()
+                wait = idle_wait_ms  # nothing in doubt: the coordinator holds it until something is owed
+            pending = self.c.pending(wait_ms=wait)
             if pending["epoch"] != self.epoch:
                 raise Fenced()
             items = pending["items"]

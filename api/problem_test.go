@@ -201,7 +201,7 @@ func TestTraceparentLogged(t *testing.T) {
 	var logs bytes.Buffer
 	h := accessLog(slog.New(slog.NewJSONHandler(&logs, &slog.HandlerOptions{Level: slog.LevelDebug})), nil)(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {}))
 	for header, want := range map[string]string{
-		"00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01": "4bf92f3577b34da6a3ce929d0e0e4736",
+		"00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01":       "4bf92f3577b34da6a3ce929d0e0e4736",
 		"01-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01-later": "4bf92f3577b34da6a3ce929d0e0e4736",
 		"00-00000000000000000000000000000000-00f067aa0ba902b7-01":       "",
 		"00-4BF92F3577B34DA6A3CE929D0E0E4736-00f067aa0ba902b7-01":       "",

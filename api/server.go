@@ -26,7 +26,7 @@ type server struct {
 	build        *BuildInfo          // for GET /v1/info; nil: not known
 	tokens       *coordinator.Tokens // for /v1/tokens; nil: authentication is off
 	auth         *coordinator.Authenticator
-	metrics      *metrics.Metrics    // for /metrics; nil: not served
+	metrics      *metrics.Metrics // for /metrics; nil: not served
 }
 
 var _ StrictServerInterface = (*server)(nil)

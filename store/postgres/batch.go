@@ -35,7 +35,7 @@ type batch struct {
 	last      map[string]*jobTx // per job, its latest update in the batch
 	answers   []error           // per update run: its answer once committed
 	decided   [][]*coordinator.Checkpoint
-	announced []string // jobs whose waiters on any change are told once committed
+	announced []string          // jobs whose waiters on any change are told once committed
 	recorded  []recorded        // the votes and acks the batch recorded
 	lingerEnd time.Time         // how long the batch may wait for followers, once it does
 	stale     *bool             // a cached state's check failed: the transaction is lost

@@ -394,6 +394,7 @@ type Job struct {
 	// Name Example: sink-a
 	Name         Name      `json:"name"`
 	Participants []Name    `json:"participants"`
+	RetentionMs  int64     `json:"retention_ms"`
 	UpdatedAt    time.Time `json:"updated_at"`
 }
 
@@ -410,6 +411,13 @@ type JobConfig struct {
 
 	// Participants 1 to 1000 distinct names, the voters of every new checkpoint.
 	Participants []Name `json:"participants"`
+
+	// RetentionMs How long a checkpoint that is final and owes nothing (`committed`, or `aborted` with
+	// no `prepared` vote left unacked) is kept after it completed: then it is deleted,
+	// with its votes and its Idempotency-Key, and reading, voting on or acking it
+	// answers 410 `gone`. The job's `last_committed` checkpoint is always kept. 0 keeps
+	// everything; otherwise at least 1000. Seven days by default.
+	RetentionMs *int64 `json:"retention_ms,omitempty"`
 }
 
 // JobList defines model for JobList.
@@ -473,7 +481,7 @@ type Problem struct {
 	// Code Stable machine code: `invalid_request`, `not_found`, `method_not_allowed`,
 	// `vote_conflict`, `fenced`, `not_registered`, `already_decided`, `not_decided`,
 	// `votes_missing`, `lower_checkpoint_open`, `too_many_checkpoints`,
-	// `idempotency_conflict`, `job_busy`, `token_exists`, `unauthenticated`,
+	// `idempotency_conflict`, `job_busy`, `token_exists`, `gone`, `unauthenticated`,
 	// `forbidden`, `payload_too_large`, `unsupported_media_type`,
 	// `misdirected_request`, `unavailable`, `internal`. The page `type` names
 	// (and docs/problems.md) says what each means and what to do.

@@ -93,6 +93,7 @@ func jobBody(j *coordinator.Job) Job {
 		CheckpointTimeoutMs:      j.Config.CheckpointTimeout.Milliseconds(),
 		MaxConcurrentCheckpoints: j.Config.MaxConcurrentCheckpoints,
 		AutoCommit:               j.Config.AutoCommit,
+		RetentionMs:              j.Config.Retention.Milliseconds(),
 		LastCheckpoint:           j.LastCheckpoint,
 		LastCommitted:            j.LastCommitted,
 		Epochs:                   epochs,
@@ -121,6 +122,10 @@ func jobConfig(body *JobConfig) coordinator.JobConfig {
 		CheckpointTimeout:        coordinator.DefaultCheckpointTimeout,
 		MaxConcurrentCheckpoints: coordinator.DefaultMaxConcurrent,
 		AutoCommit:               true,
+		Retention:                coordinator.DefaultRetention,
+	}
+	if body.RetentionMs != nil {
+		cfg.Retention = milliseconds(*body.RetentionMs)
 	}
 	if body.CheckpointTimeoutMs != nil {
 		cfg.CheckpointTimeout = milliseconds(*body.CheckpointTimeoutMs)

@@ -36,6 +36,9 @@ func (emptyStore) PutJob(_ context.Context, name string, cfg coordinator.JobConf
 func (emptyStore) Stats(context.Context) (*coordinator.Stats, error) {
 	return &coordinator.Stats{}, nil
 }
+func (emptyStore) DeleteExpired(context.Context, string, int) (int, bool, error) {
+	return 0, false, nil
+}
 func (emptyStore) ListAudit(context.Context, coordinator.AuditQuery) ([]*coordinator.AuditEntry, error) {
 	return nil, nil
 }

@@ -188,6 +188,15 @@ var problemTable = []problemKind{
 			"are not refused.",
 	},
 	{
+		code: string(coordinator.CodeGone), status: http.StatusGone, title: "Gone",
+		when: "A read, vote or ack of a checkpoint that is no more: it was final and owed nothing, and " +
+			"the job's `retention_ms` passed since it completed, so it was deleted (or the job was deleted " +
+			"and created again since). Its id is never reused.",
+		retry: "No: it will not come back.",
+		action: "Nothing is owed on it. A participant that still had it in mind drops it; a pipeline " +
+			"restores from the job's `last_committed` checkpoint, which retention always keeps.",
+	},
+	{
 		code: codePayloadTooLarge, status: http.StatusRequestEntityTooLarge, title: "Payload too large",
 		when:  "A request body larger than the coordinator's `--max-body-bytes` (1 MiB unless set).",
 		retry: "No: the same body gets the same answer.",

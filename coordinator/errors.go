@@ -25,6 +25,7 @@ const (
 	CodeIdempotencyConflict Code = "idempotency_conflict"
 	CodeJobBusy             Code = "job_busy"
 	CodeTokenExists         Code = "token_exists"
+	CodeGone                Code = "gone"
 	CodeUnauthenticated     Code = "unauthenticated"
 	CodeForbidden           Code = "forbidden"
 	CodePayloadTooLarge     Code = "payload_too_large"
@@ -93,6 +94,7 @@ var (
 	ErrIdempotencyConflict = &Error{Code: CodeIdempotencyConflict}
 	ErrJobBusy             = &Error{Code: CodeJobBusy}
 	ErrTokenExists         = &Error{Code: CodeTokenExists}
+	ErrGone                = &Error{Code: CodeGone}
 	ErrUnauthenticated     = &Error{Code: CodeUnauthenticated}
 	ErrForbidden           = &Error{Code: CodeForbidden}
 	ErrPayloadTooLarge     = &Error{Code: CodePayloadTooLarge}

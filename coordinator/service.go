@@ -405,6 +405,9 @@ func (s *Service) waitsEnded() bool {
 
 func (s *Service) readCheckpoint(ctx context.Context, job string, id int64) (*Checkpoint, error) {
 	cp, err := s.store.GetCheckpoint(ctx, job, id)
+	if err == ErrGone {
+		return nil, checkpointError(job, id, err)
+	}
 	if err != nil {
 		return nil, jobError(job, err)
 	}
@@ -562,6 +565,9 @@ func (s *Service) onCheckpoint(ctx context.Context, job string, id int64, rule f
 		if cp == nil {
 			var err error
 			if cp, err = tx.Checkpoint(ctx, id); err != nil {
+				if err == ErrNotFound && id <= st.Job.Seq {
+					err = ErrGone // ids are never reused: it was issued, and removed since
+				}
 				return checkpointError(job, id, err)
 			}
 		}
@@ -702,8 +708,11 @@ func jobError(job string, err error) error {
 }
 
 func checkpointError(job string, id int64, err error) error {
-	if err == ErrNotFound {
+	switch err {
+	case ErrNotFound:
 		return reject(CodeNotFound, nil, "checkpoint %d of job %s does not exist", id, job)
+	case ErrGone:
+		return reject(CodeGone, nil, "checkpoint %d of job %s is no more: it was final and owed nothing, and was removed by the job's retention (or the job was deleted since); its id is never reused", id, job)
 	}
 	return err
 }

@@ -24,8 +24,9 @@ type Store interface {
 	// tx fail. ErrNotFound if the job does not exist.
 	View(ctx context.Context, job string, fn func(tx JobTx) error) error
 	// GetCheckpoint reads one checkpoint outside any transaction: the hot path of long
-	// polls. ErrNotFound if the job does not exist; nil and no error if the job exists but
-	// the checkpoint does not.
+	// polls. ErrNotFound if the job does not exist; ErrGone (itself) if the checkpoint was
+	// issued (its id is not above the job's Seq) but is no more (retention, or the job was
+	// deleted and created again); nil and no error if it was never issued.
 	GetCheckpoint(ctx context.Context, job string, id int64) (*Checkpoint, error)
 	// PutJob creates the job or replaces its configuration, atomically. created is true when
 	// the job did not exist (or had been deleted). audit, when not nil, is written in the
@@ -33,6 +34,13 @@ type Store interface {
 	PutJob(ctx context.Context, name string, cfg JobConfig, audit *AuditEntry) (job *Job, created bool, err error)
 	// ListAudit returns audit entries as q selects them, newest first.
 	ListAudit(ctx context.Context, q AuditQuery) ([]*AuditEntry, error)
+	// DeleteExpired deletes, in one short transaction, up to limit checkpoints of job that
+	// retention removes (rule 12): final, owing nothing, completed more than the job's
+	// Retention ago by the database's clock, never its last committed one; with their votes
+	// and Idempotency-Keys. It returns how many it deleted, and skipped true when it did not
+	// look (the job's row is locked elsewhere, or another coordinator is deleting now): then
+	// try again later. It never waits for a lock.
+	DeleteExpired(ctx context.Context, job string, limit int) (deleted int, skipped bool, err error)
 	// Stats reads the facts of the database that metrics show: the open checkpoints by job
 	// and status, and each job's last committed checkpoint. Its cost grows with the jobs and
 	// the open checkpoints, never with history.

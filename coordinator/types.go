@@ -79,6 +79,8 @@ const (
 	MinCheckpointTimeout         = 100 * time.Millisecond
 	MaxCheckpointTimeout         = 24 * time.Hour
 	DefaultMaxConcurrent         = 1
+	DefaultRetention             = 7 * 24 * time.Hour
+	MinRetention                 = time.Second
 	MaxMaxConcurrent             = 1000
 	MaxParticipants              = 1000
 	MaxReasonLength              = 1024
@@ -97,6 +99,9 @@ type JobConfig struct {
 	CheckpointTimeout        time.Duration
 	MaxConcurrentCheckpoints int
 	AutoCommit               bool
+	// Retention is how long a final checkpoint that owes nothing is kept after it
+	// completed; 0 keeps everything (rule 12).
+	Retention time.Duration
 }
 
 // Job is a job as stored.

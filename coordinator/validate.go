@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
+	"math"
 	"regexp"
 	"strings"
 	"time"
@@ -75,6 +76,9 @@ func ValidateJobConfig(cfg JobConfig) error {
 	}
 	if cfg.CheckpointTimeout < MinCheckpointTimeout || cfg.CheckpointTimeout > MaxCheckpointTimeout {
 		f.add("checkpoint_timeout_ms", "must be from %d to %d", MinCheckpointTimeout.Milliseconds(), MaxCheckpointTimeout.Milliseconds())
+	}
+	if cfg.Retention != 0 && (cfg.Retention < MinRetention || cfg.Retention.Milliseconds() > math.MaxInt64/2) {
+		f.add("retention_ms", "must be 0 (keep everything) or at least %d", MinRetention.Milliseconds())
 	}
 	if cfg.MaxConcurrentCheckpoints < 1 || cfg.MaxConcurrentCheckpoints > MaxMaxConcurrent {
 		f.add("max_concurrent_checkpoints", "must be from 1 to %d", MaxMaxConcurrent)

@@ -27,6 +27,7 @@ type config struct {
 	dbWriters          int
 	maxBodyBytes       int64
 	maxCheckpointBytes int64
+	metricsJobLabel    bool
 	requestTimeout     time.Duration
 	shutdownTimeout    time.Duration
 	sweepInterval      time.Duration
@@ -119,6 +120,9 @@ func define(command string, cfg *config) *cli.Settings {
 			"most `bytes` of committables one checkpoint may hold, all participants' together; the prepared vote that would pass it "+
 				"gets 413 payload_too_large and is not recorded (0: no bound)")
 		s.Twin("max-checkpoint-bytes", "COORDINATOR_MAX_CHECKPOINT_BYTES")
+		fs.BoolVar(&cfg.metricsJobLabel, "metrics-job-label", true,
+			"label metrics with the job (false: no job label, for fleets of very many jobs; the last committed checkpoint is then left out)")
+		s.Twin("metrics-job-label", "COORDINATOR_METRICS_JOB_LABEL")
 		fs.DurationVar(&cfg.requestTimeout, "request-timeout", 30*time.Second,
 			"longest a request's work may take (`duration`), a long-poll's wait_ms coming on top; past it the answer is 503 unavailable")
 		s.Twin("request-timeout", "COORDINATOR_REQUEST_TIMEOUT")
@@ -177,6 +181,9 @@ func knownEnv() map[string]bool {
 		}
 	}
 	known[adminTokenEnv] = true
+	for _, env := range ctlEnv() {
+		known[env] = true
+	}
 	return known
 }
 

@@ -41,6 +41,7 @@ func TestDefaults(t *testing.T) {
 		migrate:            true,
 		maxBodyBytes:       1 << 20,
 		maxCheckpointBytes: 16 << 20,
+		metricsJobLabel:    true,
 		requestTimeout:     30 * time.Second,
 		shutdownTimeout:    15 * time.Second,
 		sweepInterval:      200 * time.Millisecond,

@@ -88,6 +88,8 @@ func run(ctx context.Context, args, environ []string, stdout, stderr io.Writer) 
 			return exitOK
 		case "healthcheck":
 			return healthcheckCommand(ctx, args[1:], environ, stdout, stderr)
+		case "ctl":
+			return ctlCommand(ctx, args[1:], environ, stdout, stderr)
 		case "version", "--version", "-version":
 			return versionCommand(args[1:], stdout, stderr)
 		}

@@ -13,6 +13,7 @@ import (
 
 	"github.com/twophase/coordinator/api"
 	"github.com/twophase/coordinator/coordinator"
+	"github.com/twophase/coordinator/metrics"
 )
 
 // HTTP server limits that are not settings (those that are: transport.go).
@@ -33,7 +34,11 @@ func serve(ctx context.Context, cfg config, logger *slog.Logger) error {
 		return err
 	}
 	defer stopTLS()
-	store, describe, err := openStore(ctx, cfg, logger)
+	build := buildInfo(cfg, logger)
+	var stats func(context.Context) (*coordinator.Stats, error)
+	m := metrics.New(metrics.Options{Version: build.Version, Store: string(build.Store), NoJobLabel: !cfg.metricsJobLabel,
+		Stats: func(ctx context.Context) (*coordinator.Stats, error) { return stats(ctx) }, Logger: logger})
+	store, describe, err := openStore(ctx, cfg, logger, m.StoreCommit)
 	if err != nil {
 		if ctx.Err() != nil {
 			return nil // asked to stop while starting
@@ -44,7 +49,8 @@ func serve(ctx context.Context, cfg config, logger *slog.Logger) error {
 		store.Close()
 		logger.Info("store closed")
 	}()
-	svc := coordinator.NewService(store, logger, coordinator.WithMaxCheckpointBytes(cfg.maxCheckpointBytes))
+	stats = store.Stats
+	svc := coordinator.NewService(store, logger, coordinator.WithMaxCheckpointBytes(cfg.maxCheckpointBytes), coordinator.WithObserver(m))
 
 	// Rule 6 of docs/protocol.md: after an outage, expired checkpoints are aborted before
 	// new work is served.
@@ -94,6 +100,7 @@ func serve(ctx context.Context, cfg config, logger *slog.Logger) error {
 	sweepCtx, stopSweeper := context.WithCancel(context.WithoutCancel(ctx))
 	var sweeper sync.WaitGroup
 	sweeper.Go(func() { svc.RunSweeper(sweepCtx, cfg.sweepInterval) })
+	sweeper.Go(func() { svc.RunRetention(sweepCtx, coordinator.RetentionOptions{Deleted: m.RetentionDeleted}) })
 	defer func() {
 		stopSweeper()
 		sweeper.Wait()
@@ -104,7 +111,8 @@ func serve(ctx context.Context, cfg config, logger *slog.Logger) error {
 			MaxBodyBytes:   cfg.maxBodyBytes,
 			Logger:         logger,
 			RequestTimeout: cfg.requestTimeout,
-			Build:          buildInfo(cfg, logger),
+			Build:          build,
+			Metrics:        m,
 			AllowedOrigins: splitList(cfg.allowedOrigins),
 			AllowedHosts:   cfg.apiAllowedHosts(),
 			MaxWaiters:     cfg.maxWaiters,

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"time"
 
 	"github.com/twophase/coordinator/coordinator"
 	"github.com/twophase/coordinator/internal/cli"
@@ -17,16 +18,17 @@ import (
 // store in the data directory. With cfg.migrate it applies pending migrations first. It
 // returns the store and log attributes that describe it, with no secret in them. This is
 // the one place that chooses a store.
-func openStore(ctx context.Context, cfg config, logger *slog.Logger) (coordinator.Store, []any, error) {
+// observeCommit, if not nil, is told the duration of every store commit (metrics).
+func openStore(ctx context.Context, cfg config, logger *slog.Logger, observeCommit func(time.Duration)) (coordinator.Store, []any, error) {
 	if cfg.databaseURL == "" {
-		return openEmbedded(ctx, cfg, logger)
+		return openEmbedded(ctx, cfg, logger, observeCommit)
 	}
-	return openPostgres(ctx, cfg, logger)
+	return openPostgres(ctx, cfg, logger, observeCommit)
 }
 
-func openEmbedded(ctx context.Context, cfg config, logger *slog.Logger) (coordinator.Store, []any, error) {
+func openEmbedded(ctx context.Context, cfg config, logger *slog.Logger, observeCommit func(time.Duration)) (coordinator.Store, []any, error) {
 	before, _, _ := sqlite.MigrationVersion(cfg.dataDir) // only to say below whether migrations ran
-	store, err := sqlite.Open(ctx, cfg.dataDir, sqlite.Options{Logger: logger, Migrate: cfg.migrate})
+	store, err := sqlite.Open(ctx, cfg.dataDir, sqlite.Options{Logger: logger, Migrate: cfg.migrate, ObserveCommit: observeCommit})
 	if errors.Is(err, sqlite.ErrSchemaVersion) {
 		return nil, nil, fmt.Errorf("open the embedded store in %s: %w: run 'coordinator migrate up' or start with --migrate=true", cfg.dataDir, err)
 	}
@@ -51,7 +53,7 @@ func logMigrated(logger *slog.Logger, before, now uint) {
 	logger.Info("schema migrated", "from", before, "to", now)
 }
 
-func openPostgres(ctx context.Context, cfg config, logger *slog.Logger) (coordinator.Store, []any, error) {
+func openPostgres(ctx context.Context, cfg config, logger *slog.Logger, observeCommit func(time.Duration)) (coordinator.Store, []any, error) {
 	describe := []any{"store", "postgres", "database", cli.RedactURL(cfg.databaseURL)}
 	// --database-wait: the database may start next to the coordinator (docker compose).
 	if err := postgresWaiter().wait(ctx, cfg.databaseURL, cfg.databaseWait, logger); err != nil {
@@ -74,9 +76,10 @@ func openPostgres(ctx context.Context, cfg config, logger *slog.Logger) (coordin
 		}
 	}
 	store, err := postgres.Open(ctx, cfg.databaseURL, postgres.Options{
-		MaxConns: int32(cfg.dbMaxConns), // validated to fit
-		Writers:  cfg.dbWriters,
-		Logger:   logger,
+		MaxConns:      int32(cfg.dbMaxConns), // validated to fit
+		Writers:       cfg.dbWriters,
+		Logger:        logger,
+		ObserveCommit: observeCommit,
 	})
 	if err != nil {
 		return nil, nil, fmt.Errorf("open database: %w", err)

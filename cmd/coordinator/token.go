@@ -65,7 +65,7 @@ func tokenCommand(ctx context.Context, rest []string, cfg config, logger *slog.L
 	if logger.Enabled(ctx, slog.LevelDebug) {
 		quiet = logger
 	}
-	store, _, err := openStore(ctx, cfg, quiet)
+	store, _, err := openStore(ctx, cfg, quiet, nil)
 	if err != nil {
 		return err
 	}

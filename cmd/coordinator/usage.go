@@ -26,6 +26,9 @@ Usage:
                                              the secret once, on stdout
   coordinator healthcheck [--url URL]        exit 0 if a running coordinator's /readyz answers 200,
                                              1 otherwise: a container's HEALTHCHECK
+  coordinator ctl COMMAND [flags]            operate a running coordinator through its API: list
+                                             and show checkpoints, find stuck ones, abort, commit,
+                                             complete, read the audit (see coordinator ctl --help)
   coordinator version, coordinator --version
                                              print the build's version and its Go release
   coordinator help                           this text

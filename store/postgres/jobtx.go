@@ -338,18 +338,20 @@ func (t *jobTx) readLocked(name string, hint int64) error {
 
 // jobRow scans the jobRowColumns of a row.
 type jobRow struct {
-	job       coordinator.Job
-	timeoutMS int64
+	job         coordinator.Job
+	timeoutMS   int64
+	retentionMS int64
 }
 
 func (r *jobRow) dest() []any {
 	return []any{&r.job.Name, &r.job.Config.Participants, &r.timeoutMS, &r.job.Config.MaxConcurrentCheckpoints,
-		&r.job.Config.AutoCommit, &r.job.Seq, &r.job.CreatedAt, &r.job.UpdatedAt}
+		&r.job.Config.AutoCommit, &r.retentionMS, &r.job.Seq, &r.job.CreatedAt, &r.job.UpdatedAt}
 }
 
 // get returns the job scanned; its Epochs are left nil.
 func (r *jobRow) get() *coordinator.Job {
 	r.job.Config.CheckpointTimeout = time.Duration(r.timeoutMS) * time.Millisecond
+	r.job.Config.Retention = time.Duration(r.retentionMS) * time.Millisecond
 	r.job.CreatedAt, r.job.UpdatedAt = r.job.CreatedAt.UTC(), r.job.UpdatedAt.UTC()
 	return &r.job
 }

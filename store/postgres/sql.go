@@ -20,7 +20,7 @@ const participantColumns = `p.participant, p.epoch, p.vote, p.reason, p.committa
 // jobColumns are a job's columns with its epochs, scanned by scanJob; jobViewColumns add its
 // last checkpoint and last committed one.
 const jobColumns = `j.name, j.participants, j.checkpoint_timeout_ms, j.max_concurrent_checkpoints, j.auto_commit,
-	j.seq, j.created_at, j.updated_at,
+	j.retention_ms, j.seq, j.created_at, j.updated_at,
 	ARRAY(SELECT e.participant FROM participant_epochs e WHERE e.job = j.name ORDER BY e.participant),
 	ARRAY(SELECT e.epoch FROM participant_epochs e WHERE e.job = j.name ORDER BY e.participant)`
 
@@ -30,22 +30,23 @@ const jobViewColumns = jobColumns + `,
 
 // jobRowColumns are the job's own columns, scanned by jobRow.
 const jobRowColumns = `j.name, j.participants, j.checkpoint_timeout_ms, j.max_concurrent_checkpoints, j.auto_commit,
-	j.seq, j.created_at, j.updated_at`
+	j.retention_ms, j.seq, j.created_at, j.updated_at`
 
 // Jobs
 
 // putJobDeletedSQL locks job $1's row, if it exists, and reads whether it was deleted.
 const putJobDeletedSQL = "SELECT deleted FROM jobs WHERE name = $1 FOR UPDATE"
 
-// putJobUpsertSQL creates job $1 with configuration $2-$5 or replaces its configuration
+// putJobUpsertSQL creates job $1 with configuration $2-$6 or replaces its configuration
 // (bumping its version: DESIGN.md, invariant 1), and returns whether it inserted. The clock
 // is read once, so that a new job's created_at and updated_at are the same instant.
 const putJobUpsertSQL = `
 			WITH now AS MATERIALIZED (SELECT clock_timestamp() AS t)
-			INSERT INTO jobs AS j (name, participants, checkpoint_timeout_ms, max_concurrent_checkpoints, auto_commit, created_at, updated_at)
-			VALUES ($1, $2, $3, $4, $5, (SELECT t FROM now), (SELECT t FROM now))
+			INSERT INTO jobs AS j (name, participants, checkpoint_timeout_ms, max_concurrent_checkpoints, auto_commit, retention_ms, created_at, updated_at)
+			VALUES ($1, $2, $3, $4, $5, $6, (SELECT t FROM now), (SELECT t FROM now))
 			ON CONFLICT (name) DO UPDATE SET
 				participants = EXCLUDED.participants,
+				retention_ms = EXCLUDED.retention_ms,
 				checkpoint_timeout_ms = EXCLUDED.checkpoint_timeout_ms,
 				max_concurrent_checkpoints = EXCLUDED.max_concurrent_checkpoints,
 				auto_commit = EXCLUDED.auto_commit,
@@ -156,7 +157,11 @@ var getCheckpointSQL = checkpointsSQL(`
 	SELECT c.*, 0 AS ord FROM checkpoints c JOIN jobs j ON j.name = c.job AND NOT j.deleted
 	WHERE c.job = $1 AND c.id = $2`)
 
-// jobExistsSQL tells whether job $1 exists, when getCheckpointSQL found nothing.
+// jobSeqSQL reads job $1's seq, when getCheckpointSQL found nothing: an id not above it was
+// issued, and is no more.
+const jobSeqSQL = "SELECT seq FROM jobs WHERE name = $1 AND NOT deleted"
+
+// jobExistsSQL tells whether job $1 exists.
 const jobExistsSQL = "SELECT EXISTS (SELECT 1 FROM jobs WHERE name = $1 AND NOT deleted)"
 
 // Writing checkpoints
@@ -421,3 +426,38 @@ const lastCommittedStatsSQL = `SELECT j.name, c.id FROM jobs j
 	CROSS JOIN LATERAL (SELECT c.id FROM checkpoints c
 		WHERE c.job = j.name AND c.status IN ('committing', 'committed') ORDER BY c.id DESC LIMIT 1) c
 	WHERE NOT j.deleted`
+
+// Retention
+
+// retentionLockKey is the advisory lock that makes one coordinator at a time delete.
+const retentionLockKey = 7262837461
+
+// deleteExpiredSQL deletes up to $2 of job $1's checkpoints that retention removes, oldest
+// completion first, by the partial index of final checkpoints (so it walks what expired and
+// no other history), and bumps the job's version when it deleted any (DESIGN.md, invariant
+// 1: caches of the job, here and elsewhere, read it again). It takes the advisory lock $3
+// and the job's row only if it can at once (SKIP LOCKED): it returns whether it got the
+// lock, whether it got the job, how many it deleted, and whether the job keeps its history
+// for a while only (when it did not get the job: whether that was for its lock).
+const deleteExpiredSQL = `
+	WITH g AS MATERIALIZED (SELECT pg_try_advisory_xact_lock($3) AS got),
+	j AS MATERIALIZED (
+		SELECT name, retention_ms FROM jobs
+		WHERE name = $1 AND NOT deleted AND retention_ms > 0 AND (SELECT got FROM g)
+		FOR UPDATE SKIP LOCKED),
+	lc AS MATERIALIZED (
+		SELECT c.id FROM checkpoints c WHERE c.job = $1 AND c.status IN ('committing', 'committed')
+		ORDER BY c.id DESC LIMIT 1),
+	cand AS MATERIALIZED (
+		SELECT c.job, c.id FROM checkpoints c, j
+		WHERE c.job = j.name AND c.status IN ('committed', 'aborted')
+		  AND c.completed_at < clock_timestamp() - j.retention_ms * interval '1 millisecond'
+		  AND c.id <> coalesce((SELECT id FROM lc), 0)
+		  AND NOT (c.status = 'aborted' AND EXISTS (
+			SELECT 1 FROM checkpoint_participants p
+			WHERE p.job = c.job AND p.checkpoint_id = c.id AND p.vote = 'prepared' AND p.acked_at IS NULL))
+		ORDER BY c.completed_at LIMIT $2),
+	del AS (DELETE FROM checkpoints d USING cand WHERE d.job = cand.job AND d.id = cand.id RETURNING 1),
+	v AS (UPDATE jobs SET version = version + 1 WHERE name = $1 AND EXISTS (SELECT 1 FROM del))
+	SELECT (SELECT got FROM g), EXISTS (SELECT 1 FROM j), (SELECT count(*) FROM del),
+		EXISTS (SELECT 1 FROM jobs WHERE name = $1 AND NOT deleted AND retention_ms > 0)`

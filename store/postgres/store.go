@@ -317,7 +317,7 @@ func (s *Store) PutJob(ctx context.Context, name string, cfg coordinator.JobConf
 		}
 		var inserted bool
 		err = tx.QueryRow(ctx, putJobUpsertSQL,
-			name, cfg.Participants, cfg.CheckpointTimeout.Milliseconds(), cfg.MaxConcurrentCheckpoints, cfg.AutoCommit,
+			name, cfg.Participants, cfg.CheckpointTimeout.Milliseconds(), cfg.MaxConcurrentCheckpoints, cfg.AutoCommit, cfg.Retention.Milliseconds(),
 		).Scan(&inserted)
 		if err != nil {
 			return err
@@ -361,11 +361,11 @@ type querier interface {
 
 func scanJob(row pgx.Row, view bool, extra ...any) (*coordinator.Job, error) {
 	var j coordinator.Job
-	var timeoutMS int64
+	var timeoutMS, retentionMS int64
 	var names []string
 	var epochs []int64
 	dest := []any{&j.Name, &j.Config.Participants, &timeoutMS, &j.Config.MaxConcurrentCheckpoints, &j.Config.AutoCommit,
-		&j.Seq, &j.CreatedAt, &j.UpdatedAt, &names, &epochs}
+		&retentionMS, &j.Seq, &j.CreatedAt, &j.UpdatedAt, &names, &epochs}
 	if view {
 		dest = append(dest, &j.LastCheckpoint, &j.LastCommitted)
 	}
@@ -377,6 +377,7 @@ func scanJob(row pgx.Row, view bool, extra ...any) (*coordinator.Job, error) {
 		return nil, err
 	}
 	j.Config.CheckpointTimeout = time.Duration(timeoutMS) * time.Millisecond
+	j.Config.Retention = time.Duration(retentionMS) * time.Millisecond
 	j.CreatedAt, j.UpdatedAt = j.CreatedAt.UTC(), j.UpdatedAt.UTC()
 	j.Epochs = make(map[string]int64, len(names))
 	for i, n := range names {
@@ -432,12 +433,16 @@ func (s *Store) GetCheckpoint(ctx context.Context, job string, id int64) (*coord
 	if len(cps) > 0 {
 		return cps[0], nil
 	}
-	var exists bool
-	if err := s.pool.QueryRow(ctx, jobExistsSQL, job).Scan(&exists); err != nil {
+	var seq int64
+	err = s.pool.QueryRow(ctx, jobSeqSQL, job).Scan(&seq)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return nil, coordinator.ErrNotFound
+	}
+	if err != nil {
 		return nil, translate(err)
 	}
-	if !exists {
-		return nil, coordinator.ErrNotFound
+	if id <= seq {
+		return nil, coordinator.ErrGone
 	}
 	return nil, nil
 }

@@ -207,3 +207,17 @@ func (s *Store) Stats(ctx context.Context) (*coordinator.Stats, error) {
 	}
 	return out, nil
 }
+
+// DeleteExpired implements coordinator.Store.
+func (s *Store) DeleteExpired(ctx context.Context, job string, limit int) (int, bool, error) {
+	var got, locked, retains bool
+	var deleted int
+	err := s.pool.QueryRow(ctx, deleteExpiredSQL, job, limit, retentionLockKey).Scan(&got, &locked, &deleted, &retains)
+	if err != nil {
+		return 0, false, translate(fmt.Errorf("delete expired checkpoints of %s: %w", job, err))
+	}
+	if deleted > 0 {
+		s.committer.cache.forget(job)
+	}
+	return deleted, !got || !locked && retains, nil
+}

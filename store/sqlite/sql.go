@@ -17,7 +17,7 @@ const checkpointColumns = `c.job, c.id, c.seq, c.status, c.auto_commit, c.create
 
 // jobColumns select a job's row (j) with its epochs as a JSON object.
 const jobColumns = `j.name, j.participants, j.checkpoint_timeout_ms, j.max_concurrent_checkpoints, j.auto_commit,
-	j.seq, j.created_at, j.updated_at,
+	j.retention_ms, j.seq, j.created_at, j.updated_at,
 	(SELECT json_group_object(e.participant, e.epoch) FROM participant_epochs e WHERE e.job = j.name)`
 
 // jobViewColumns are jobColumns and the job's last checkpoint and last committed one.
@@ -30,12 +30,13 @@ const jobViewColumns = jobColumns + `,
 // putJobDeletedSQL reads whether a job has a row (none: it is new) and whether it is marked deleted: ? the name.
 const putJobDeletedSQL = "SELECT deleted FROM jobs WHERE name = ?"
 
-// putJobUpsertSQL creates a job or replaces its configuration, undeleting it: ?1 name, ?2 participants (JSON), ?3 checkpoint timeout (ms), ?4 max concurrent checkpoints, ?5 auto commit, ?6 now.
+// putJobUpsertSQL creates a job or replaces its configuration, undeleting it: ?1 name, ?2 participants (JSON), ?3 checkpoint timeout (ms), ?4 max concurrent checkpoints, ?5 auto commit, ?6 now, ?7 retention (ms).
 const putJobUpsertSQL = `
-	INSERT INTO jobs (name, participants, checkpoint_timeout_ms, max_concurrent_checkpoints, auto_commit, created_at, updated_at)
-	VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?6)
+	INSERT INTO jobs (name, participants, checkpoint_timeout_ms, max_concurrent_checkpoints, auto_commit, created_at, updated_at, retention_ms)
+	VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?6, ?7)
 	ON CONFLICT (name) DO UPDATE SET
 		participants = excluded.participants,
+		retention_ms = excluded.retention_ms,
 		checkpoint_timeout_ms = excluded.checkpoint_timeout_ms,
 		max_concurrent_checkpoints = excluded.max_concurrent_checkpoints,
 		auto_commit = excluded.auto_commit,
@@ -279,3 +280,18 @@ const openStatsSQL = `SELECT job, status, count(*), min(created_at) FROM checkpo
 const lastCommittedStatsSQL = `SELECT j.name, (SELECT max(c.id) FROM checkpoints c
 		WHERE c.job = j.name AND c.status IN ('committing', 'committed')) AS id
 	FROM jobs j WHERE NOT j.deleted AND id IS NOT NULL`
+
+// Retention
+
+// deleteExpiredSQL deletes up to ?3 of job ?1's checkpoints that retention removes, oldest
+// completion first (the partial index of final checkpoints): final, owing nothing,
+// completed before ?2 minus the job's retention, not the job's last committed one.
+const deleteExpiredSQL = `DELETE FROM checkpoints WHERE seq IN (
+	SELECT c.seq FROM checkpoints c JOIN jobs j ON j.name = c.job
+	WHERE c.job = ?1 AND NOT j.deleted AND j.retention_ms > 0 AND c.status IN ('committed', 'aborted')
+	  AND c.completed_at < ?2 - j.retention_ms * 1000
+	  AND c.id <> coalesce((SELECT max(l.id) FROM checkpoints l WHERE l.job = ?1 AND l.status IN ('committing', 'committed')), 0)
+	  AND NOT (c.status = 'aborted' AND EXISTS (
+		SELECT 1 FROM checkpoint_participants p
+		WHERE p.job = c.job AND p.checkpoint_id = c.id AND p.vote = 'prepared' AND p.acked_at IS NULL))
+	ORDER BY c.completed_at LIMIT ?3)`

@@ -324,6 +324,9 @@ func (s *Store) GetCheckpoint(ctx context.Context, job string, id int64) (*coord
 		cp, err = tx.Checkpoint(ctx, id)
 		if err == coordinator.ErrNotFound {
 			cp, err = nil, nil
+			if id <= tx.Job().Seq {
+				err = coordinator.ErrGone
+			}
 		}
 		return err
 	})
@@ -386,7 +389,7 @@ func (s *Store) PutJob(ctx context.Context, name string, cfg coordinator.JobConf
 		}
 		at := now().UnixMicro()
 		_, err = tx.ExecContext(ctx, putJobUpsertSQL,
-			name, string(participants), cfg.CheckpointTimeout.Milliseconds(), cfg.MaxConcurrentCheckpoints, cfg.AutoCommit, at)
+			name, string(participants), cfg.CheckpointTimeout.Milliseconds(), cfg.MaxConcurrentCheckpoints, cfg.AutoCommit, at, cfg.Retention.Milliseconds())
 		if err != nil {
 			return err
 		}
@@ -457,8 +460,8 @@ type scanner interface{ Scan(dest ...any) error }
 func scanJob(row scanner, view bool) (*coordinator.Job, error) {
 	var j coordinator.Job
 	var participants, epochs string
-	var timeoutMS, createdAt, updatedAt int64
-	dest := []any{&j.Name, &participants, &timeoutMS, &j.Config.MaxConcurrentCheckpoints, &j.Config.AutoCommit,
+	var timeoutMS, retentionMS, createdAt, updatedAt int64
+	dest := []any{&j.Name, &participants, &timeoutMS, &j.Config.MaxConcurrentCheckpoints, &j.Config.AutoCommit, &retentionMS,
 		&j.Seq, &createdAt, &updatedAt, &epochs}
 	if view {
 		dest = append(dest, &j.LastCheckpoint, &j.LastCommitted)
@@ -477,6 +480,7 @@ func scanJob(row scanner, view bool) (*coordinator.Job, error) {
 		return nil, fmt.Errorf("job %s: epochs: %w", j.Name, err)
 	}
 	j.Config.CheckpointTimeout = time.Duration(timeoutMS) * time.Millisecond
+	j.Config.Retention = time.Duration(retentionMS) * time.Millisecond
 	j.CreatedAt, j.UpdatedAt = fromMicros(createdAt), fromMicros(updatedAt)
 	return &j, nil
 }

@@ -232,3 +232,24 @@ func (s *Store) Stats(ctx context.Context) (*coordinator.Stats, error) {
 	}
 	return out, nil
 }
+
+// DeleteExpired implements coordinator.Store. One process owns the data directory: it is
+// never skipped.
+func (s *Store) DeleteExpired(ctx context.Context, job string, limit int) (int, bool, error) {
+	if err := s.checkOpen(); err != nil {
+		return 0, false, err
+	}
+	var deleted int64
+	err := s.writeTx(ctx, func(tx *sql.Tx) error {
+		res, err := tx.ExecContext(ctx, deleteExpiredSQL, job, now().UnixMicro(), limit)
+		if err != nil {
+			return err
+		}
+		deleted, err = res.RowsAffected()
+		return err
+	})
+	if err != nil {
+		return 0, false, translate(fmt.Errorf("delete expired checkpoints of %s: %w", job, err))
+	}
+	return int(deleted), false, nil
+}

@@ -163,6 +163,9 @@ func (s *memStore) GetCheckpoint(ctx context.Context, job string, id int64) (*co
 		cp, err = tx.Checkpoint(ctx, id)
 		if err == coordinator.ErrNotFound {
 			cp, err = nil, nil
+			if id <= tx.Job().Seq {
+				err = coordinator.ErrGone
+			}
 		}
 		return err
 	})
@@ -494,4 +497,40 @@ func (s *memStore) Stats(ctx context.Context) (*coordinator.Stats, error) {
 		}
 	}
 	return out, nil
+}
+
+func (s *memStore) DeleteExpired(ctx context.Context, job string, limit int) (int, bool, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	j := s.state.jobs[job]
+	if j == nil || j.Config.Retention <= 0 {
+		return 0, false, nil
+	}
+	var last int64
+	for _, cp := range s.state.cps[job] {
+		if cp.Status == coordinator.StatusCommitting || cp.Status == coordinator.StatusCommitted {
+			last = max(last, cp.ID)
+		}
+	}
+	cutoff := time.Now().Add(-j.Config.Retention)
+	var expired []*coordinator.Checkpoint
+	for _, cp := range s.state.cps[job] {
+		if cp.ID != last && cp.CompletedAt != nil && cp.CompletedAt.Before(cutoff) && !coordinator.OwesAnything(cp) &&
+			(cp.Status == coordinator.StatusCommitted || cp.Status == coordinator.StatusAborted) {
+			expired = append(expired, cp)
+		}
+	}
+	slices.SortFunc(expired, func(a, b *coordinator.Checkpoint) int { return a.CompletedAt.Compare(*b.CompletedAt) })
+	if len(expired) > limit {
+		expired = expired[:limit]
+	}
+	for _, cp := range expired {
+		delete(s.state.cps[job], cp.ID)
+		for key, rec := range s.state.idem[job] {
+			if rec.Checkpoint == cp.ID {
+				delete(s.state.idem[job], key)
+			}
+		}
+	}
+	return len(expired), false, nil
 }

@@ -1,0 +1,97 @@
+package coordinator
+
+import (
+	"context"
+	"time"
+)
+
+// RetentionOptions configures RunRetention. The zero value is usable.
+type RetentionOptions struct {
+	// Interval is how often every job is looked at; 0 means 10s, so that a checkpoint is
+	// deleted within a minute of its expiry however busy the sweep.
+	Interval time.Duration
+	// Batch is how many checkpoints one transaction deletes at most; 0 means 500 (a few
+	// milliseconds of work).
+	Batch int
+	// Pause is the wait between two batches of one job; 0 means 5ms, so that rounds get
+	// the database between them.
+	Pause time.Duration
+	// Deleted, if set, is told how many checkpoints each batch deleted.
+	Deleted func(n int)
+}
+
+// RunRetention deletes, in the background until ctx ends, what retention removes (rule 12):
+// checkpoints that are final, owe nothing and completed more than their job's Retention ago,
+// never a job's last committed one. Each batch is one short transaction that takes neither
+// a job's lock nor the right to delete if another holds it (Store.DeleteExpired): several
+// coordinators on one database take turns. Failures are logged at most every 30 seconds.
+func (s *Service) RunRetention(ctx context.Context, opts RetentionOptions) {
+	if opts.Interval <= 0 {
+		opts.Interval = 10 * time.Second
+	}
+	if opts.Batch <= 0 {
+		opts.Batch = 500
+	}
+	if opts.Pause <= 0 {
+		opts.Pause = 5 * time.Millisecond
+	}
+	f := failures{what: "delete expired checkpoints (retention)"}
+	t := time.NewTicker(opts.Interval)
+	defer t.Stop()
+	for {
+		err := s.retentionPass(ctx, opts)
+		if ctx.Err() != nil {
+			return
+		}
+		f.note(s.logger, time.Now(), err)
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+	}
+}
+
+// retentionPass looks at every job once.
+func (s *Service) retentionPass(ctx context.Context, opts RetentionOptions) error {
+	after := ""
+	for {
+		jobs, err := s.store.ListJobs(ctx, "", after, MaxPageSize)
+		if err != nil {
+			return err
+		}
+		for _, j := range jobs {
+			if j.Config.Retention <= 0 {
+				continue
+			}
+			if err := s.deleteExpired(ctx, j.Name, opts); err != nil {
+				return err
+			}
+		}
+		if len(jobs) < MaxPageSize {
+			return nil
+		}
+		after = jobs[len(jobs)-1].Name
+	}
+}
+
+// deleteExpired deletes job's expired checkpoints, batch after batch.
+func (s *Service) deleteExpired(ctx context.Context, job string, opts RetentionOptions) error {
+	for {
+		n, skipped, err := s.store.DeleteExpired(ctx, job, opts.Batch)
+		if err != nil {
+			return err
+		}
+		if n > 0 && opts.Deleted != nil {
+			opts.Deleted(n)
+		}
+		if skipped || n < opts.Batch {
+			return nil // the next pass takes what is left
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(opts.Pause):
+		}
+	}
+}

@@ -1,0 +1,2 @@
+DROP INDEX checkpoints_job_final_completed;
+ALTER TABLE jobs DROP COLUMN retention_ms;

@@ -240,3 +240,95 @@ func TestUpdateWaitsForAnotherCoordinatorsChanges(t *testing.T) {
 		}
 	}
 }
+
+// TestRetentionByTwoCoordinators: two coordinators deleting one job's history at once take
+// turns (one at a time) and delete every expired checkpoint exactly once, while the job goes
+// on with rounds.
+func TestRetentionByTwoCoordinators(t *testing.T) {
+	t.Parallel()
+	stores, url := openStoresURL(t, 2)
+	svc := coordinator.NewService(stores[0], nil)
+	cfg := coordinator.JobConfig{Participants: []string{"pa"}, CheckpointTimeout: time.Minute, MaxConcurrentCheckpoints: 1,
+		AutoCommit: true, Retention: coordinator.MinRetention}
+	if _, _, err := svc.PutJob(t.Context(), "j", cfg); err != nil {
+		t.Fatal(err)
+	}
+	// 2,000 settled checkpoints that completed a minute ago, by SQL.
+	conn, err := pgx.Connect(t.Context(), url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(context.Background())
+	const old = 2000
+	if _, err := conn.Exec(t.Context(), `
+		WITH c AS (INSERT INTO checkpoints (job, id, status, auto_commit, created_at, deadline, decided_at, completed_at)
+			SELECT 'j', g, 'committed', true, now() - interval '1 minute', now(), now() - interval '1 minute', now() - interval '1 minute'
+			FROM generate_series(1, $1) g RETURNING id)
+		INSERT INTO checkpoint_participants (job, checkpoint_id, position, participant, epoch, vote, committables, voted_at, acked_at)
+			SELECT 'j', id, 1, 'pa', 1, 'prepared', '[]', now(), now() - interval '1 minute' FROM c`, old); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := conn.Exec(t.Context(), "UPDATE jobs SET seq = $1, version = version + 1 WHERE name = 'j'", old); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := svc.Register(t.Context(), "j", "pa"); err != nil {
+		t.Fatal(err)
+	}
+	var deleted [2]int
+	var skipped [2]int
+	var wg sync.WaitGroup
+	stop := make(chan struct{})
+	for i, st := range stores {
+		wg.Go(func() {
+			for range 10000 {
+				n, skip, err := st.DeleteExpired(t.Context(), "j", 100)
+				if err != nil {
+					t.Errorf("store %d: %v", i, err)
+					return
+				}
+				deleted[i] += n
+				if skip {
+					skipped[i]++
+				}
+				if n == 0 && !skip {
+					return
+				}
+			}
+		})
+	}
+	// Rounds go on meanwhile.
+	wg.Go(func() {
+		for id := int64(old + 1); ; id++ {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			if _, _, err := svc.Prepare(t.Context(), "j", coordinator.PrepareRequest{}); err != nil {
+				t.Errorf("prepare: %v", err)
+				return
+			}
+			if _, err := svc.Vote(t.Context(), "j", id, "pa", coordinator.Vote{Epoch: 1, Kind: coordinator.VotePrepared}); err != nil {
+				t.Errorf("vote: %v", err)
+				return
+			}
+		}
+	})
+	time.Sleep(50 * time.Millisecond)
+	for deleted[0]+deleted[1] < old && !t.Failed() {
+		time.Sleep(10 * time.Millisecond)
+		if t.Context().Err() != nil {
+			break
+		}
+	}
+	close(stop)
+	wg.Wait()
+	if got := deleted[0] + deleted[1]; got != old {
+		t.Fatalf("deleted %d + %d = %d, want the %d expired checkpoints exactly once", deleted[0], deleted[1], got, old)
+	}
+	var left int
+	if err := conn.QueryRow(t.Context(), "SELECT count(*) FROM checkpoints WHERE job = 'j' AND id <= $1", old).Scan(&left); err != nil || left != 0 {
+		t.Fatalf("%d expired checkpoints left, %v", left, err)
+	}
+	t.Logf("deleted %d and %d, skipped %d and %d times", deleted[0], deleted[1], skipped[0], skipped[1])
+}

@@ -230,3 +230,112 @@ func testAudit(t *testing.T, b *bundle) {
 		}
 	}
 }
+
+// testRetention: what retention deletes and what it keeps, and 410 for what is no more.
+func testRetention(t *testing.T, b *bundle) {
+	cfg := withMax(config("a", "b"), 10)
+	cfg.Retention = coordinator.MinRetention
+	b.job("j", cfg)
+	key := coordinator.PrepareRequest{IdempotencyKey: "k-1", Fingerprint: "f"}
+	if _, _, err := b.svc.Prepare(b.ctx, "j", key); err != nil { // 1: committed, acked by both: deleted
+		t.Fatal(err)
+	}
+	for _, p := range []string{"a", "b"} {
+		b.vote("j", 1, p, prepared(1, ""))
+	}
+	b.ack("j", 1, "a", 1)
+	b.ack("j", 1, "b", 1)
+	b.prepare("j") // 2: aborted, with a prepared vote never acked: kept (owed)
+	b.vote("j", 2, "a", prepared(1, `["a-2"]`))
+	b.vote("j", 2, "b", abortVote(1, "no"))
+	b.prepare("j") // 3: aborted, no prepared vote: deleted
+	b.vote("j", 3, "a", abortVote(1, "no"))
+	b.prepare("j") // 4: committed, but not the last committed (5 is): deleted
+	for _, p := range []string{"a", "b"} {
+		b.vote("j", 4, p, prepared(1, ""))
+	}
+	b.ack("j", 4, "a", 1)
+	b.ack("j", 4, "b", 1)
+	b.prepare("j") // 5: committing (b never acks): kept
+	for _, p := range []string{"a", "b"} {
+		b.vote("j", 5, p, prepared(1, ""))
+	}
+	b.ack("j", 5, "a", 1)
+	b.prepare("j") // 6: preparing: kept
+	// Another job that keeps everything.
+	keep := config("a")
+	keep.Retention = 0
+	b.job("forever", keep)
+	b.prepare("forever")
+	b.vote("forever", 1, "a", abortVote(1, "x"))
+	// A job whose only committed checkpoint is its last committed: kept, whatever its age.
+	last := config("a")
+	last.Retention = coordinator.MinRetention
+	b.job("last", last)
+	b.prepare("last")
+	b.vote("last", 1, "a", prepared(1, ""))
+	b.ack("last", 1, "a", 1)
+	b.prepare("last")
+	b.vote("last", 2, "a", abortVote(1, "x"))
+
+	// Nothing has expired yet.
+	if n, _, err := b.store.DeleteExpired(b.ctx, "j", 100); err != nil || n != 0 {
+		t.Fatalf("DeleteExpired before anything expired: %d, %v", n, err)
+	}
+	time.Sleep(coordinator.MinRetention + 100*time.Millisecond)
+	n, skipped, err := b.store.DeleteExpired(b.ctx, "j", 1)
+	if err != nil || n != 1 || skipped {
+		t.Fatalf("DeleteExpired(limit 1): %d, skipped %v, %v; want 1", n, skipped, err)
+	}
+	n, _, err = b.store.DeleteExpired(b.ctx, "j", 100)
+	if err != nil || n != 2 {
+		t.Fatalf("DeleteExpired of the rest: %d, %v; want 2 more (1, 3 and 4 in all)", n, err)
+	}
+	if n, _, err := b.store.DeleteExpired(b.ctx, "last", 100); err != nil || n != 1 {
+		t.Fatalf("DeleteExpired of job last: %d, %v; want 1 (its aborted 2, not its last committed 1)", n, err)
+	}
+	if cp, err := b.store.GetCheckpoint(b.ctx, "last", 1); err != nil || cp == nil {
+		t.Fatalf("the last committed checkpoint of job last: %v, %v; want it kept", cp, err)
+	}
+	if n, _, _ := b.store.DeleteExpired(b.ctx, "forever", 100); n != 0 {
+		t.Fatalf("retention 0 deleted %d", n)
+	}
+	for id, kept := range map[int64]bool{1: false, 2: true, 3: false, 4: false, 5: true, 6: true} {
+		cp, err := b.store.GetCheckpoint(b.ctx, "j", id)
+		switch {
+		case kept && (err != nil || cp == nil):
+			t.Errorf("checkpoint %d: %v, %v; want it kept", id, cp, err)
+		case !kept && err != coordinator.ErrGone:
+			t.Errorf("checkpoint %d: %v, %v; want ErrGone", id, cp, err)
+		}
+	}
+	if cp, err := b.store.GetCheckpoint(b.ctx, "j", 99); cp != nil || err != nil {
+		t.Errorf("a checkpoint never issued: %v, %v; want nil, nil", cp, err)
+	}
+	// 410 for reads, votes and acks of what is no more; the ids go on.
+	for what, err := range map[string]error{
+		"read": func() error { _, err := b.svc.GetCheckpoint(b.ctx, "j", 1, 0); return err }(),
+		"vote": func() error { _, err := b.svc.Vote(b.ctx, "j", 3, "b", prepared(1, "")); return err }(),
+		"ack":  func() error { _, err := b.svc.Ack(b.ctx, "j", 1, "a", 1); return err }(),
+	} {
+		if !errors.Is(err, coordinator.ErrGone) {
+			t.Errorf("%s of a deleted checkpoint: %v, want gone", what, err)
+		}
+	}
+	if _, err := b.svc.GetCheckpoint(b.ctx, "j", 7, 0); !errors.Is(err, coordinator.ErrNotFound) {
+		t.Errorf("a read of a checkpoint never issued: %v, want not_found", err)
+	}
+	if cp := b.prepare("j"); cp.ID != 7 {
+		t.Fatalf("the next checkpoint is %d, want 7", cp.ID)
+	}
+	// The Idempotency-Key went with its checkpoint: the same key opens a new one.
+	b.vote("j", 6, "a", abortVote(1, "x")) // and 7 with it (rule 9), which makes room for one more
+	cp, replayed, err := b.svc.Prepare(b.ctx, "j", key)
+	if err != nil || replayed || cp.ID != 8 {
+		t.Fatalf("prepare with the deleted checkpoint's key: %v, replayed %v, %v; want a new checkpoint 8", cp, replayed, err)
+	}
+	// The job's view still shows its last committed checkpoint.
+	if j := b.getJob("j"); j.LastCommitted == nil || *j.LastCommitted != 5 {
+		t.Fatalf("last committed %v, want 5", j.LastCommitted)
+	}
+}

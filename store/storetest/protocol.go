@@ -23,6 +23,7 @@ func runProtocol(t *testing.T, o opener) {
 		{"Decisions/Causes", testDecisionCauses},
 		{"Decisions/AckedByAndComplete", testAckedByAndComplete},
 		{"Decisions/Audit", testAudit},
+		{"Retention", testRetention},
 		{"Vote/Idempotent", testVoteIdempotent},
 		{"Vote/Conflict", testVoteConflict},
 		{"Fencing/OldEpochFenced", testFencing},

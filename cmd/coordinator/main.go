@@ -26,6 +26,7 @@ import (
 	"os"
 	"os/signal"
 	"runtime/debug"
+	"strings"
 	"syscall"
 
 	"github.com/twophase/coordinator/internal/cli"
@@ -79,6 +80,8 @@ func run(ctx context.Context, args, environ []string, stdout, stderr io.Writer) 
 		switch args[0] {
 		case "bench":
 			return loadtest.Bench(ctx, args[1:], environ, stdout, stderr)
+		case "fleet":
+			return loadtest.Fleet(ctx, args[1:], environ, stdout, stderr)
 		case "seed":
 			return loadtest.Seed(ctx, args[1:], environ, stdout, stderr)
 		case "serve", "migrate", "token":
@@ -101,6 +104,11 @@ func run(ctx context.Context, args, environ []string, stdout, stderr io.Writer) 
 	if errors.Is(err, flag.ErrHelp) {
 		usage(stdout, command)
 		return exitOK
+	}
+	if err == nil && command == "token" {
+		// coordinator token revoke NAME --database-url ...: flags after the positional
+		// arguments too.
+		rest, err = interspersed(s.FS, rest)
 	}
 	if err == nil && command == "serve" {
 		err = cfg.loadAdminToken(environ)
@@ -168,4 +176,21 @@ func newLogger(cfg config, w io.Writer) *slog.Logger {
 		return slog.New(slog.NewJSONHandler(w, opts))
 	}
 	return slog.New(slog.NewTextHandler(w, opts))
+}
+
+// interspersed parses the flags that follow positional arguments in rest, and returns the
+// positional arguments alone.
+func interspersed(fs *flag.FlagSet, rest []string) ([]string, error) {
+	var positional []string
+	for len(rest) > 0 {
+		if strings.HasPrefix(rest[0], "-") && rest[0] != "-" {
+			if err := fs.Parse(rest); err != nil {
+				return nil, err
+			}
+			rest = fs.Args()
+			continue
+		}
+		positional, rest = append(positional, rest[0]), rest[1:]
+	}
+	return positional, nil
 }

@@ -618,8 +618,11 @@ func testIDsNeverReused(t *testing.T, b *bundle) {
 	if cp := b.prepare("j"); cp.ID != 3 {
 		t.Fatalf("first checkpoint after delete and create: id %d, want 3", cp.ID)
 	}
+	// Its id was issued once: it is gone, not unknown.
 	_, err = b.svc.GetCheckpoint(b.ctx, "j", 1, 0)
-	wantErr(t, "checkpoint 1 of the deleted job", err, coordinator.ErrNotFound)
+	wantErr(t, "checkpoint 1 of the deleted job", err, coordinator.ErrGone)
+	_, err = b.svc.GetCheckpoint(b.ctx, "j", 4, 0)
+	wantErr(t, "checkpoint 4, never issued", err, coordinator.ErrNotFound)
 }
 
 func testTooManyCheckpoints(t *testing.T, b *bundle) {

@@ -25,3 +25,13 @@ func cpuTime() time.Duration {
 	}
 	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
+
+// openFileLimit is this process's limit of open files (the soft one, which the Go runtime
+// raises to the hard one at start).
+func openFileLimit() (uint64, bool) {
+	var rl syscall.Rlimit
+	if syscall.Getrlimit(syscall.RLIMIT_NOFILE, &rl) != nil {
+		return 0, false
+	}
+	return rl.Cur, true
+}

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"crypto/rand"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -233,6 +234,10 @@ func accessLog(logger *slog.Logger, m *metrics.Metrics) func(http.Handler) http.
 				// debug unless they fail; changes at info.
 				level := slog.LevelInfo
 				switch {
+				case errors.Is(context.Cause(r.Context()), context.Canceled) && status == http.StatusServiceUnavailable:
+					// The client went away (a participant stopping in the middle of its
+					// long-poll): nobody reads the answer, and nothing failed.
+					level = slog.LevelDebug
 				case status >= 500:
 					level = slog.LevelError
 				case (r.Method == http.MethodGet || r.Method == http.MethodHead) && status < 400:

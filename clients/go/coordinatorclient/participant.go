@@ -66,7 +66,7 @@ type RunnerOptions struct {
 	PollInterval time.Duration
 	// LongPoll is how long one long-poll may wait: for a decision, and, while nothing is
 	// owed, on pending (that is how the runner learns of new checkpoints: it costs one
-	// request per LongPoll while idle). 0 means 10s, at most a minute.
+	// request per LongPoll while idle). 0 means a minute, the most the coordinator waits.
 	LongPoll time.Duration
 	// MinBackoff and MaxBackoff bound the backoff between retries of a failing Commit or
 	// Abort. 0 means 100ms and 5s.
@@ -102,7 +102,7 @@ func NewRunner[C any](coord *Coordinator, job, name string, participant Particip
 		opts.PollInterval = 100 * time.Millisecond
 	}
 	if opts.LongPoll <= 0 {
-		opts.LongPoll = 10 * time.Second
+		opts.LongPoll = time.Minute
 	}
 	if opts.MinBackoff <= 0 {
 		opts.MinBackoff = 100 * time.Millisecond

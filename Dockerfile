@@ -18,6 +18,9 @@ COPY --from=build /out/coordinator /usr/local/bin/coordinator
 # The embedded store's data directory, owned by the nonroot user (65532). Mount a volume
 # here to keep its data; with --database-url it is not used.
 COPY --from=build --chown=65532:65532 /out/data /var/lib/coordinator
+# It listens on every address of the container, so it starts only with authentication on:
+# give the admin token from a mounted file (COORDINATOR_ADMIN_TOKEN_FILE=/run/secrets/...)
+# or in COORDINATOR_ADMIN_TOKEN (or, for a throwaway local try, COORDINATOR_INSECURE_NO_AUTH=true).
 ENV COORDINATOR_LISTEN=:8080 \
     COORDINATOR_DATA_DIR=/var/lib/coordinator
 USER nonroot:nonroot

@@ -33,8 +33,8 @@ type benchClient struct {
 	prefix string // the base URL's path, before every request's
 	// authorization is the Authorization header's value, "" for none.
 	authorization string
-	tls    *tls.Config
-	dialer net.Dialer
+	tls           *tls.Config
+	dialer        net.Dialer
 
 	mu   sync.Mutex
 	idle []*benchConn

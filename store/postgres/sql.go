@@ -434,7 +434,8 @@ const retentionLockKey = 7262837461
 
 // deleteExpiredSQL deletes up to $2 of job $1's checkpoints that retention removes, oldest
 // completion first, by the partial index of final checkpoints (so it walks what expired and
-// no other history), and bumps the job's version when it deleted any (DESIGN.md, invariant
+// no other history: the job and the cutoff are the index's bounds; without the job's row,
+// the cutoff is NULL and it finds nothing), and bumps the job's version when it deleted any (DESIGN.md, invariant
 // 1: caches of the job, here and elsewhere, read it again). It takes the advisory lock $3
 // and the job's row only if it can at once (SKIP LOCKED): it returns whether it got the
 // lock, whether it got the job, how many it deleted, and whether the job keeps its history
@@ -449,9 +450,9 @@ const deleteExpiredSQL = `
 		SELECT c.id FROM checkpoints c WHERE c.job = $1 AND c.status IN ('committing', 'committed')
 		ORDER BY c.id DESC LIMIT 1),
 	cand AS MATERIALIZED (
-		SELECT c.job, c.id FROM checkpoints c, j
-		WHERE c.job = j.name AND c.status IN ('committed', 'aborted')
-		  AND c.completed_at < clock_timestamp() - j.retention_ms * interval '1 millisecond'
+		SELECT c.job, c.id FROM checkpoints c
+		WHERE c.job = $1 AND c.status IN ('committed', 'aborted')
+		  AND c.completed_at < (SELECT now() - j.retention_ms * interval '1 millisecond' FROM j)
 		  AND c.id <> coalesce((SELECT id FROM lc), 0)
 		  AND NOT (c.status = 'aborted' AND EXISTS (
 			SELECT 1 FROM checkpoint_participants p

@@ -45,10 +45,13 @@ func (t *Trigger) Opened() int64 { return t.opened.Load() }
 // none.
 func (t *Trigger) Skipped() int64 { return t.skipped.Load() }
 
+// tickBound is the least a tick may take to open its checkpoint, retries included.
+const tickBound = 30 * time.Second
+
 // Run opens checkpoints until ctx ends, and then returns nil. It returns early only on a
 // refusal that no later tick can cure: the job does not exist (ErrNotFound), an
 // idempotency conflict, or invalid input. Transient failures are retried within the tick
-// (bounded by Interval, at least one second), then the tick is given up and the next uses
+// (bounded by Interval, at least tickBound), then the tick is given up and the next uses
 // the same key.
 func (t *Trigger) Run(ctx context.Context) error {
 	if t.Coordinator == nil || t.Job == "" {
@@ -78,7 +81,10 @@ func (t *Trigger) Run(ctx context.Context) error {
 		case <-tick.C:
 		}
 		key := fmt.Sprintf("%s-%d", prefix, n)
-		tctx, cancel := context.WithTimeout(ctx, max(interval, time.Second))
+		// A slow open is waited for rather than cut: cutting it closes its connection and
+		// sends it again, which adds load to a coordinator that is slow already. Ticks
+		// that pass meanwhile are dropped (time.Ticker).
+		tctx, cancel := context.WithTimeout(ctx, max(interval, tickBound))
 		cp, err := t.Coordinator.OpenCheckpoint(tctx, t.Job, key, t.Timeout)
 		cancel()
 		switch {

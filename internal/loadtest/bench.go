@@ -115,7 +115,7 @@ func defineBench(cfg *benchConfig) *cli.Settings {
 	fs.DurationVar(&cfg.fsyncDuration, "fsync-duration", 2*time.Second, "how long (`duration`) the fdatasync probe runs")
 	flagOnly("fsync-duration")
 
-	fs.IntVar(&cfg.rssPID, "rss-pid", 0, "sample the resident memory of this `process` (the coordinator) from /proc/PID/status while the bench runs")
+	fs.IntVar(&cfg.rssPID, "rss-pid", 0, "sample the resident memory of this `process` (the coordinator) from /proc/PID/status while the bench runs, and report its CPU per round and per vote")
 	flagOnly("rss-pid")
 	fs.DurationVar(&cfg.rssInterval, "rss-interval", 10*time.Second, "how often (`duration`) --rss-pid is sampled")
 	flagOnly("rss-interval")
@@ -389,6 +389,8 @@ type benchRun struct {
 	// The bench's own CPU use while measuring (warm-up included): on a machine it shares
 	// with the coordinator and the database, it is CPU they did not get.
 	cpu, wall time.Duration
+	// coordinatorCPU is the CPU of the process of --rss-pid over the same time.
+	coordinatorCPU time.Duration
 	// For progress lines.
 	roundsAll, roundsMeasured, errorsAll, checksAll atomic.Int64
 }
@@ -410,6 +412,10 @@ func (r *benchRun) measure(ctx context.Context, jobs []*benchJob, progress io.Wr
 	fmt.Fprintf(progress, "bench: warm-up %s, then measuring %s\n", r.cfg.warmup, what)
 
 	cpuStart := cpuTime()
+	var coordinatorStart time.Duration
+	if r.cfg.rssPID > 0 {
+		coordinatorStart, _ = processCPU(r.cfg.rssPID)
+	}
 	var workers sync.WaitGroup
 	for _, j := range jobs {
 		workers.Go(func() { r.work(ctx, j) })
@@ -426,6 +432,11 @@ func (r *benchRun) measure(ctx context.Context, jobs []*benchJob, progress io.Wr
 		case <-done:
 			r.interrupted = ctx.Err() != nil
 			r.cpu, r.wall = cpuTime()-cpuStart, time.Since(start)
+			if r.cfg.rssPID > 0 {
+				if end, err := processCPU(r.cfg.rssPID); err == nil && coordinatorStart > 0 {
+					r.coordinatorCPU = end - coordinatorStart
+				}
+			}
 			return
 		case now := <-tick.C:
 			measured := r.roundsMeasured.Load()

@@ -186,6 +186,9 @@ func (c *benchClient) exchange(ctx context.Context, method, path string, body []
 	stop := context.AfterFunc(ctx, func() { _ = conn.SetDeadline(aLongTimeAgo) })
 	defer stop()
 
+	// The send time is taken before anything is written: a body larger than the buffer
+	// goes out while it is written, and the answer may be on its way before Flush.
+	sent = time.Now()
 	w := conn.w
 	w.WriteString(method)
 	w.WriteByte(' ')
@@ -209,7 +212,6 @@ func (c *benchClient) exchange(ctx context.Context, method, path string, body []
 	}
 	w.WriteString("\r\n")
 	w.Write(body)
-	sent = time.Now()
 	if err := w.Flush(); err != nil {
 		return sent, 0, err
 	}

@@ -185,6 +185,13 @@ type benchReport struct {
 	// BenchCPUCores is the CPU the bench itself used while it ran (warm-up included), in
 	// cores: on a shared machine, CPU the coordinator and the database did not get.
 	BenchCPUCores float64 `json:"bench_cpu_cores"`
+	// VotesPerSecond is RoundsPerSecond times the participants: the votes the rounds took.
+	VotesPerSecond float64 `json:"votes_per_second"`
+	// The coordinator's CPU (with --rss-pid, its process) over the whole run, warm-up
+	// included, per round and per vote of the whole run; 0 without a pid.
+	CoordinatorCPUCores      float64 `json:"coordinator_cpu_cores,omitempty"`
+	CoordinatorCPUPerRoundMS float64 `json:"coordinator_cpu_per_round_ms,omitempty"`
+	CoordinatorCPUPerVoteMS  float64 `json:"coordinator_cpu_per_vote_ms,omitempty"`
 
 	Floor *floorReport `json:"floor,omitempty"`
 	RSS   *rssReport   `json:"rss,omitempty"`
@@ -247,6 +254,12 @@ func (r *benchRun) report(rss *rssSampler) *benchReport {
 	if r.wall > 0 {
 		rep.BenchCPUCores = r.cpu.Seconds() / r.wall.Seconds()
 	}
+	rep.VotesPerSecond = rep.RoundsPerSecond * float64(r.cfg.participants)
+	if r.coordinatorCPU > 0 && r.wall > 0 && s.allRounds > 0 {
+		rep.CoordinatorCPUCores = r.coordinatorCPU.Seconds() / r.wall.Seconds()
+		rep.CoordinatorCPUPerRoundMS = ms(r.coordinatorCPU / time.Duration(s.allRounds))
+		rep.CoordinatorCPUPerVoteMS = ms(r.coordinatorCPU / time.Duration(s.allRounds*int64(r.cfg.participants)))
+	}
 	rep.Interrupted = r.interrupted
 
 	var checks, errs int64
@@ -289,6 +302,11 @@ func (rep *benchReport) writeText(w io.Writer) {
 	fmt.Fprintf(w, "  rounds          %9d  %10.1f /s   (%d failed)\n", rep.Rounds, rep.RoundsPerSecond, rep.FailedRounds)
 	fmt.Fprintf(w, "  HTTP requests   %9d  %10.1f /s\n", rep.Requests, rep.RequestsPerSecond)
 	fmt.Fprintf(w, "  state changes   %9d  %10.1f /s   (prepares + votes + acks)\n", rep.StateChanges, rep.StateChangesPerSecond)
+	fmt.Fprintf(w, "  votes                      %10.1f /s\n", rep.VotesPerSecond)
+	if rep.CoordinatorCPUCores > 0 {
+		fmt.Fprintf(w, "  coordinator CPU %9.2f cores, %.3f ms per round, %.3f ms per vote (whole run)\n",
+			rep.CoordinatorCPUCores, rep.CoordinatorCPUPerRoundMS, rep.CoordinatorCPUPerVoteMS)
+	}
 	fmt.Fprintf(w, "  latency ms                      count       p50       p90       p99       max\n")
 	for _, k := range latencyKinds {
 		l := rep.Latency[k]

@@ -199,6 +199,12 @@ type AbortRequest struct {
 	Reason *string `json:"reason,omitempty"`
 }
 
+// AckCounts In a minimal answer, how many participants acked and how many still owe an ack.
+type AckCounts struct {
+	Done    int `json:"done"`
+	Missing int `json:"missing"`
+}
+
 // AckRequest defines model for AckRequest.
 type AckRequest struct {
 	// Epoch The epoch that the participant's last registration returned. Epoch 0 is that of a participant that never registered: the ack gets 409 `not_registered`.
@@ -239,6 +245,9 @@ type AuditList struct {
 type Checkpoint struct {
 	AbortReason *string `json:"abort_reason"`
 
+	// Acks In a minimal answer, how many participants acked and how many still owe an ack.
+	Acks *AckCounts `json:"acks,omitempty"`
+
 	// AutoCommit The job's `auto_commit` when the checkpoint opened.
 	AutoCommit bool `json:"auto_commit"`
 
@@ -265,6 +274,9 @@ type Checkpoint struct {
 	Job          Name                    `json:"job"`
 	Participants []CheckpointParticipant `json:"participants"`
 	Status       CheckpointStatus        `json:"status"`
+
+	// Votes In a minimal answer (`Prefer: return=minimal`), how the participants voted.
+	Votes *VoteCounts `json:"votes,omitempty"`
 }
 
 // CheckpointDecisionCause Why it was decided: the last `prepared` vote completed unanimity
@@ -590,6 +602,15 @@ type TokenRequest struct {
 	Scopes      []Scope `json:"scopes"`
 }
 
+// VoteCounts In a minimal answer (`Prefer: return=minimal`), how the participants voted.
+type VoteCounts struct {
+	Abort int `json:"abort"`
+
+	// Missing Participants that have not voted.
+	Missing  int `json:"missing"`
+	Prepared int `json:"prepared"`
+}
+
 // VoteKind defines model for VoteKind.
 type VoteKind string
 
@@ -624,6 +645,9 @@ type Limit = int
 
 // ParticipantName Example: sink-a
 type ParticipantName = Name
+
+// PreferMinimal defines model for PreferMinimal.
+type PreferMinimal = string
 
 // StatusFilter defines model for StatusFilter.
 type StatusFilter = []CheckpointStatus
@@ -682,10 +706,40 @@ type PrepareCheckpointParams struct {
 
 // GetCheckpointParams defines parameters for GetCheckpoint.
 type GetCheckpointParams struct {
+	// Participant With `Prefer: return=minimal`, the participant whose entry the answer keeps.
+	Participant *Name `form:"participant,omitempty" json:"participant,omitempty"`
+
 	// WaitMs Long-poll: while the checkpoint is `preparing`, wait up to this many milliseconds
 	// for its decision, then answer with the checkpoint as it stands. Woken the moment
 	// any coordinator on the same database decides it.
 	WaitMs *int64 `form:"wait_ms,omitempty" json:"wait_ms,omitempty"`
+
+	// Prefer `return=minimal` (RFC 7240) answers the checkpoint with only one participant's entry
+	// (the voter's, the acker's, or the `participant` query parameter's) and the counts
+	// `votes` and `acks`, instead of every participant with its committables: what a
+	// participant needs, in a size that does not grow with the participants. The answer
+	// then carries `Preference-Applied: return=minimal`. Other preferences are ignored.
+	Prefer *PreferMinimal `json:"Prefer,omitempty"`
+}
+
+// PutAckParams defines parameters for PutAck.
+type PutAckParams struct {
+	// Prefer `return=minimal` (RFC 7240) answers the checkpoint with only one participant's entry
+	// (the voter's, the acker's, or the `participant` query parameter's) and the counts
+	// `votes` and `acks`, instead of every participant with its committables: what a
+	// participant needs, in a size that does not grow with the participants. The answer
+	// then carries `Preference-Applied: return=minimal`. Other preferences are ignored.
+	Prefer *PreferMinimal `json:"Prefer,omitempty"`
+}
+
+// PutVoteParams defines parameters for PutVote.
+type PutVoteParams struct {
+	// Prefer `return=minimal` (RFC 7240) answers the checkpoint with only one participant's entry
+	// (the voter's, the acker's, or the `participant` query parameter's) and the counts
+	// `votes` and `acks`, instead of every participant with its committables: what a
+	// participant needs, in a size that does not grow with the participants. The answer
+	// then carries `Preference-Applied: return=minimal`. Other preferences are ignored.
+	Prefer *PreferMinimal `json:"Prefer,omitempty"`
 }
 
 // GetPendingParams defines parameters for GetPending.
@@ -779,7 +833,7 @@ type ServerInterface interface {
 	AbortCheckpoint(w http.ResponseWriter, r *http.Request, job JobName, id CheckpointID)
 	// PutAck A participant applied the decision.
 	// (PUT /v1/jobs/{job}/checkpoints/{id}/acks/{participant})
-	PutAck(w http.ResponseWriter, r *http.Request, job JobName, id CheckpointID, participant ParticipantName)
+	PutAck(w http.ResponseWriter, r *http.Request, job JobName, id CheckpointID, participant ParticipantName, params PutAckParams)
 	// CommitCheckpoint Decide commit.
 	// (POST /v1/jobs/{job}/checkpoints/{id}/commit)
 	CommitCheckpoint(w http.ResponseWriter, r *http.Request, job JobName, id CheckpointID)
@@ -788,7 +842,7 @@ type ServerInterface interface {
 	CompleteCheckpoint(w http.ResponseWriter, r *http.Request, job JobName, id CheckpointID)
 	// PutVote Record a participant's vote.
 	// (PUT /v1/jobs/{job}/checkpoints/{id}/votes/{participant})
-	PutVote(w http.ResponseWriter, r *http.Request, job JobName, id CheckpointID, participant ParticipantName)
+	PutVote(w http.ResponseWriter, r *http.Request, job JobName, id CheckpointID, participant ParticipantName, params PutVoteParams)
 	// GetPending Everything a participant still owes, oldest first.
 	// (GET /v1/jobs/{job}/participants/{participant}/pending)
 	GetPending(w http.ResponseWriter, r *http.Request, job JobName, participant ParticipantName, params GetPendingParams)
@@ -911,7 +965,7 @@ func (_ Unimplemented) AbortCheckpoint(w http.ResponseWriter, r *http.Request, j
 
 // PutAck A participant applied the decision.
 // (PUT /v1/jobs/{job}/checkpoints/{id}/acks/{participant})
-func (_ Unimplemented) PutAck(w http.ResponseWriter, r *http.Request, job JobName, id CheckpointID, participant ParticipantName) {
+func (_ Unimplemented) PutAck(w http.ResponseWriter, r *http.Request, job JobName, id CheckpointID, participant ParticipantName, params PutAckParams) {
 	w.WriteHeader(http.StatusNotImplemented)
 }
 
@@ -929,7 +983,7 @@ func (_ Unimplemented) CompleteCheckpoint(w http.ResponseWriter, r *http.Request
 
 // PutVote Record a participant's vote.
 // (PUT /v1/jobs/{job}/checkpoints/{id}/votes/{participant})
-func (_ Unimplemented) PutVote(w http.ResponseWriter, r *http.Request, job JobName, id CheckpointID, participant ParticipantName) {
+func (_ Unimplemented) PutVote(w http.ResponseWriter, r *http.Request, job JobName, id CheckpointID, participant ParticipantName, params PutVoteParams) {
 	w.WriteHeader(http.StatusNotImplemented)
 }
 
@@ -1487,6 +1541,19 @@ func (siw *ServerInterfaceWrapper) GetCheckpoint(w http.ResponseWriter, r *http.
 	// Parameter object where we will unmarshal all parameters from the context
 	var params GetCheckpointParams
 
+	// ------------- Optional query parameter "participant" -------------
+
+	err = runtime.BindQueryParameterWithOptions("form", true, false, "participant", r.URL.Query(), &params.Participant, runtime.BindQueryParameterOptions{Type: "string", Format: ""})
+	if err != nil {
+		var requiredError *runtime.RequiredParameterError
+		if errors.As(err, &requiredError) {
+			siw.ErrorHandlerFunc(w, r, &RequiredParamError{ParamName: "participant"})
+		} else {
+			siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "participant", Err: err})
+		}
+		return
+	}
+
 	// ------------- Optional query parameter "wait_ms" -------------
 
 	err = runtime.BindQueryParameterWithOptions("form", true, false, "wait_ms", r.URL.Query(), &params.WaitMs, runtime.BindQueryParameterOptions{Type: "integer", Format: "int64"})
@@ -1498,6 +1565,27 @@ func (siw *ServerInterfaceWrapper) GetCheckpoint(w http.ResponseWriter, r *http.
 			siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "wait_ms", Err: err})
 		}
 		return
+	}
+
+	headers := r.Header
+
+	// ------------- Optional header parameter "Prefer" -------------
+	if valueList, found := headers[http.CanonicalHeaderKey("Prefer")]; found {
+		var Prefer PreferMinimal
+		n := len(valueList)
+		if n != 1 {
+			siw.ErrorHandlerFunc(w, r, &TooManyValuesForParamError{ParamName: "Prefer", Count: n})
+			return
+		}
+
+		err = runtime.BindStyledParameterWithOptions("simple", "Prefer", valueList[0], &Prefer, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""})
+		if err != nil {
+			siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "Prefer", Err: err})
+			return
+		}
+
+		params.Prefer = &Prefer
+
 	}
 
 	handler := http.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -1579,8 +1667,32 @@ func (siw *ServerInterfaceWrapper) PutAck(w http.ResponseWriter, r *http.Request
 		return
 	}
 
+	// Parameter object where we will unmarshal all parameters from the context
+	var params PutAckParams
+
+	headers := r.Header
+
+	// ------------- Optional header parameter "Prefer" -------------
+	if valueList, found := headers[http.CanonicalHeaderKey("Prefer")]; found {
+		var Prefer PreferMinimal
+		n := len(valueList)
+		if n != 1 {
+			siw.ErrorHandlerFunc(w, r, &TooManyValuesForParamError{ParamName: "Prefer", Count: n})
+			return
+		}
+
+		err = runtime.BindStyledParameterWithOptions("simple", "Prefer", valueList[0], &Prefer, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""})
+		if err != nil {
+			siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "Prefer", Err: err})
+			return
+		}
+
+		params.Prefer = &Prefer
+
+	}
+
 	handler := http.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		siw.Handler.PutAck(w, r, job, id, participant)
+		siw.Handler.PutAck(w, r, job, id, participant, params)
 	}))
 
 	for _, middleware := range siw.HandlerMiddlewares {
@@ -1693,8 +1805,32 @@ func (siw *ServerInterfaceWrapper) PutVote(w http.ResponseWriter, r *http.Reques
 		return
 	}
 
+	// Parameter object where we will unmarshal all parameters from the context
+	var params PutVoteParams
+
+	headers := r.Header
+
+	// ------------- Optional header parameter "Prefer" -------------
+	if valueList, found := headers[http.CanonicalHeaderKey("Prefer")]; found {
+		var Prefer PreferMinimal
+		n := len(valueList)
+		if n != 1 {
+			siw.ErrorHandlerFunc(w, r, &TooManyValuesForParamError{ParamName: "Prefer", Count: n})
+			return
+		}
+
+		err = runtime.BindStyledParameterWithOptions("simple", "Prefer", valueList[0], &Prefer, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""})
+		if err != nil {
+			siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "Prefer", Err: err})
+			return
+		}
+
+		params.Prefer = &Prefer
+
+	}
+
 	handler := http.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		siw.Handler.PutVote(w, r, job, id, participant)
+		siw.Handler.PutVote(w, r, job, id, participant, params)
 	}))
 
 	for _, middleware := range siw.HandlerMiddlewares {
@@ -2818,6 +2954,7 @@ type PutAckRequestObject struct {
 	Job         JobName         `json:"job"`
 	Id          CheckpointID    `json:"id"`
 	Participant ParticipantName `json:"participant"`
+	Params      PutAckParams
 	Body        *PutAckJSONRequestBody
 }
 
@@ -2954,6 +3091,7 @@ type PutVoteRequestObject struct {
 	Job         JobName         `json:"job"`
 	Id          CheckpointID    `json:"id"`
 	Participant ParticipantName `json:"participant"`
+	Params      PutVoteParams
 	Body        *PutVoteJSONRequestBody
 }
 
@@ -3821,12 +3959,13 @@ func (sh *strictHandler) AbortCheckpoint(w http.ResponseWriter, r *http.Request,
 }
 
 // PutAck operation middleware
-func (sh *strictHandler) PutAck(w http.ResponseWriter, r *http.Request, job JobName, id CheckpointID, participant ParticipantName) {
+func (sh *strictHandler) PutAck(w http.ResponseWriter, r *http.Request, job JobName, id CheckpointID, participant ParticipantName, params PutAckParams) {
 	var request PutAckRequestObject
 
 	request.Job = job
 	request.Id = id
 	request.Participant = participant
+	request.Params = params
 
 	var body PutAckJSONRequestBody
 	if err := runtime.BindJSONBody(r, &body); err != nil {
@@ -3930,12 +4069,13 @@ func (sh *strictHandler) CompleteCheckpoint(w http.ResponseWriter, r *http.Reque
 }
 
 // PutVote operation middleware
-func (sh *strictHandler) PutVote(w http.ResponseWriter, r *http.Request, job JobName, id CheckpointID, participant ParticipantName) {
+func (sh *strictHandler) PutVote(w http.ResponseWriter, r *http.Request, job JobName, id CheckpointID, participant ParticipantName, params PutVoteParams) {
 	var request PutVoteRequestObject
 
 	request.Job = job
 	request.Id = id
 	request.Participant = participant
+	request.Params = params
 
 	var body PutVoteJSONRequestBody
 	if err := runtime.BindJSONBody(r, &body); err != nil {

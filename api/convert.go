@@ -4,6 +4,7 @@ import (
 	"encoding/base64"
 	"encoding/json"
 	"math"
+	"net/http"
 	"strconv"
 	"strings"
 	"time"
@@ -252,4 +253,52 @@ func auditBody(e *coordinator.AuditEntry) AuditEntry {
 		out.Checkpoint = ptr(e.Checkpoint)
 	}
 	return out
+}
+
+// checkpointAnswer is the 200 answer with cp: its full view, or, when prefer asks for
+// return=minimal (RFC 7240), the view with only participant's entry (none if it is not one of
+// cp's) and the counts of votes and acks, so that its size does not grow with the
+// participants.
+func checkpointAnswer(cp *coordinator.Checkpoint, prefer *string, participant string) jsonResponse {
+	if prefer == nil || !prefersMinimal(*prefer) {
+		return ok(checkpointBody(cp))
+	}
+	var votes VoteCounts
+	var acks AckCounts
+	var own []coordinator.ParticipantState
+	for _, p := range cp.Participants {
+		switch p.Vote {
+		case coordinator.VotePrepared:
+			votes.Prepared++
+		case coordinator.VoteAbort:
+			votes.Abort++
+		default:
+			votes.Missing++
+		}
+		if p.AckedAt != nil {
+			acks.Done++
+		} else if _, owed := coordinator.Owed(cp, p.Name); owed && cp.Status != coordinator.StatusPreparing {
+			acks.Missing++
+		}
+		if p.Name == participant {
+			own = append(own, p)
+		}
+	}
+	view := *cp
+	view.Participants = own
+	body := checkpointBody(&view)
+	body.Votes, body.Acks = &votes, &acks
+	return jsonResponse{status: http.StatusOK, body: body, minimal: true}
+}
+
+// prefersMinimal reports whether a Prefer header's preferences include return=minimal.
+func prefersMinimal(header string) bool {
+	for _, pref := range strings.Split(header, ",") {
+		name, value, _ := strings.Cut(strings.TrimSpace(pref), "=")
+		value, _, _ = strings.Cut(value, ";")
+		if strings.EqualFold(strings.TrimSpace(name), "return") && strings.EqualFold(strings.Trim(strings.TrimSpace(value), `"`), "minimal") {
+			return true
+		}
+	}
+	return false
 }

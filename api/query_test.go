@@ -28,7 +28,7 @@ func testUnknownQueryParameters(t *testing.T) {
 		{"GET", "/v1/jobs?Limit=5", "", "Limit", `did you mean "limit"?`},
 		{"GET", "/v1/checkpoints?state=aborted", "", "state", "which takes status, job, older_than_ms, limit, cursor"},
 		{"GET", "/v1/jobs/j/checkpoints?limit=1&job=j", "", "job", "which takes status, limit, cursor"},
-		{"GET", "/v1/jobs/j/checkpoints/1?wait=100", "", "wait", "which takes wait_ms"},
+		{"GET", "/v1/jobs/j/checkpoints/1?wait=100", "", "wait", "which takes participant, wait_ms"},
 		{"GET", "/v1/jobs/j?verbose", "", "verbose", "which takes none"},
 		{"GET", "/healthz?probe=1", "", "probe", "which takes none"},
 		{"GET", "/readyz?x=", "", "x", "which takes none"},

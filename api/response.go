@@ -29,11 +29,16 @@ type jsonResponse struct {
 	status   int
 	body     any
 	location string
+	// minimal says the answer applied Prefer: return=minimal.
+	minimal bool
 }
 
 func (r jsonResponse) visit(w http.ResponseWriter) error {
 	if r.location != "" {
 		w.Header().Set("Location", r.location)
+	}
+	if r.minimal {
+		w.Header().Set("Preference-Applied", "return=minimal")
 	}
 	if r.body == nil {
 		w.WriteHeader(r.status)

@@ -234,7 +234,11 @@ func (s *server) GetCheckpoint(ctx context.Context, req GetCheckpointRequestObje
 	if err != nil {
 		return nil, err
 	}
-	return ok(checkpointBody(cp)), nil
+	var participant string
+	if req.Params.Participant != nil {
+		participant = *req.Params.Participant
+	}
+	return checkpointAnswer(cp, req.Params.Prefer, participant), nil
 }
 
 func (s *server) PutVote(ctx context.Context, req PutVoteRequestObject) (PutVoteResponseObject, error) {
@@ -252,7 +256,7 @@ func (s *server) PutVote(ctx context.Context, req PutVoteRequestObject) (PutVote
 	if err != nil {
 		return nil, err
 	}
-	return ok(checkpointBody(cp)), nil
+	return checkpointAnswer(cp, req.Params.Prefer, req.Participant), nil
 }
 
 func (s *server) CommitCheckpoint(ctx context.Context, req CommitCheckpointRequestObject) (CommitCheckpointResponseObject, error) {
@@ -339,7 +343,7 @@ func (s *server) PutAck(ctx context.Context, req PutAckRequestObject) (PutAckRes
 	if err != nil {
 		return nil, err
 	}
-	return ok(checkpointBody(cp)), nil
+	return checkpointAnswer(cp, req.Params.Prefer, req.Participant), nil
 }
 
 // pageLimit is the page size asked for, DefaultPageSize when the parameter is absent.

@@ -360,7 +360,7 @@ func testClientRound(t *testing.T) {
 	}
 
 	committables := json.RawMessage(`[{"topic":"orders","partition":3,"offset":1041}, "x"]`)
-	vote, err := c.PutVoteWithResponse(ctx, "payments", 1, "kafka-sink-0", coordinatorclient.VoteRequest{
+	vote, err := c.PutVoteWithResponse(ctx, "payments", 1, "kafka-sink-0", nil, coordinatorclient.VoteRequest{
 		Epoch: epochs["kafka-sink-0"], Vote: coordinatorclient.VoteKindPrepared, Committables: &committables,
 	})
 	if err != nil || vote.StatusCode() != 200 || vote.JSON200.Status != coordinatorclient.Preparing {
@@ -371,7 +371,7 @@ func testClientRound(t *testing.T) {
 		voted.VotedAt == nil || string(voted.Committables) != `[{"topic":"orders","partition":3,"offset":1041},"x"]` {
 		t.Errorf("voted participant = %+v (committables %s)", voted, voted.Committables)
 	}
-	vote, err = c.PutVoteWithResponse(ctx, "payments", 1, "pg-sink-1", coordinatorclient.VoteRequest{
+	vote, err = c.PutVoteWithResponse(ctx, "payments", 1, "pg-sink-1", nil, coordinatorclient.VoteRequest{
 		Epoch: epochs["pg-sink-1"], Vote: coordinatorclient.VoteKindPrepared,
 	})
 	if err != nil || vote.StatusCode() != 200 || vote.JSON200.Status != coordinatorclient.Preparing {
@@ -407,7 +407,7 @@ func testClientRound(t *testing.T) {
 	}
 
 	for _, p := range []string{"kafka-sink-0", "pg-sink-1"} {
-		ack, err := c.PutAckWithResponse(ctx, "payments", 1, p, coordinatorclient.AckRequest{Epoch: epochs[p]})
+		ack, err := c.PutAckWithResponse(ctx, "payments", 1, p, nil, coordinatorclient.AckRequest{Epoch: epochs[p]})
 		if err != nil || ack.StatusCode() != 200 {
 			t.Fatalf("ack %s: %v %s", p, err, ack.Body)
 		}

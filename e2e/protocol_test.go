@@ -102,7 +102,7 @@ func TestProtocol(t *testing.T) {
 		}
 		offsets := json.RawMessage(`[{"topic":"orders","partition":0,"offset":42}]`)
 		for p, e := range epochs {
-			v, err := c.PutVoteWithResponse(ctx, "client-round", id, p, coordinatorclient.VoteRequest{Epoch: e, Vote: coordinatorclient.VoteKindPrepared, Committables: &offsets})
+			v, err := c.PutVoteWithResponse(ctx, "client-round", id, p, nil, coordinatorclient.VoteRequest{Epoch: e, Vote: coordinatorclient.VoteKindPrepared, Committables: &offsets})
 			if err != nil || v.JSON200 == nil {
 				t.Fatalf("vote: %v %s", err, v.Body)
 			}
@@ -121,7 +121,7 @@ func TestProtocol(t *testing.T) {
 			t.Fatalf("pending: %v %s", err, pend.Body)
 		}
 		for p, e := range epochs {
-			ack, err := c.PutAckWithResponse(ctx, "client-round", id, p, coordinatorclient.AckRequest{Epoch: e})
+			ack, err := c.PutAckWithResponse(ctx, "client-round", id, p, nil, coordinatorclient.AckRequest{Epoch: e})
 			if err != nil || ack.JSON200 == nil {
 				t.Fatalf("ack: %v %s", err, ack.Body)
 			}

@@ -33,6 +33,7 @@ import (
 type benchConfig struct {
 	url               string
 	token             string // sent as a bearer token with every request
+	full              bool   // full answers to votes and acks, not minimal ones
 	jobs              int
 	participants      int
 	committablesBytes int
@@ -77,6 +78,9 @@ func defineBench(cfg *benchConfig) *cli.Settings {
 	fs.StringVar(&cfg.token, "token", "", "`token` sent with every request (Authorization: Bearer), for a coordinator with authentication on: "+
 		"one that may create jobs, open checkpoints and act as every participant, e.g. the admin token")
 	flagOnly("token")
+	fs.BoolVar(&cfg.full, "full", false, "ask for full answers to votes and acks (every participant's entry), as curl gets them, instead of "+
+		"minimal ones (Prefer: return=minimal: the voter's entry and the counts), as the client libraries ask")
+	flagOnly("full")
 	fs.IntVar(&cfg.jobs, "jobs", 16, "`number` of jobs driven concurrently, each running its rounds one after the other")
 	flagOnly("jobs")
 	fs.IntVar(&cfg.jobs, "concurrency", 16, "the same as --jobs (`number`)")
@@ -322,6 +326,7 @@ func runBench(ctx context.Context, cfg benchConfig, progress io.Writer) (*benchR
 	started := time.Now()
 	client := newBenchClient(cfg.url)
 	client.authorization = bearer(cfg.token)
+	client.minimal = !cfg.full
 	defer client.close()
 
 	var rss *rssSampler

@@ -33,8 +33,11 @@ type benchClient struct {
 	prefix string // the base URL's path, before every request's
 	// authorization is the Authorization header's value, "" for none.
 	authorization string
-	tls           *tls.Config
-	dialer        net.Dialer
+	// minimal asks votes and acks (the PUT requests) for minimal answers (Prefer:
+	// return=minimal), as the client libraries do.
+	minimal bool
+	tls     *tls.Config
+	dialer  net.Dialer
 
 	mu   sync.Mutex
 	idle []*benchConn
@@ -201,6 +204,9 @@ func (c *benchClient) exchange(ctx context.Context, method, path string, body []
 		w.WriteString("Authorization: ")
 		w.WriteString(c.authorization)
 		w.WriteString("\r\n")
+	}
+	if c.minimal && method == http.MethodPut {
+		w.WriteString("Prefer: return=minimal\r\n")
 	}
 	if body != nil {
 		w.WriteString("Content-Type: application/json\r\n")

@@ -198,6 +198,12 @@ type AbortRequest struct {
 	Reason *string `json:"reason,omitempty"`
 }
 
+// AckCounts In a minimal answer, how many participants acked and how many still owe an ack.
+type AckCounts struct {
+	Done    int `json:"done"`
+	Missing int `json:"missing"`
+}
+
 // AckRequest defines model for AckRequest.
 type AckRequest struct {
 	// Epoch The epoch that the participant's last registration returned. Epoch 0 is that of a participant that never registered: the ack gets 409 `not_registered`.
@@ -238,6 +244,9 @@ type AuditList struct {
 type Checkpoint struct {
 	AbortReason *string `json:"abort_reason"`
 
+	// Acks In a minimal answer, how many participants acked and how many still owe an ack.
+	Acks *AckCounts `json:"acks,omitempty"`
+
 	// AutoCommit The job's `auto_commit` when the checkpoint opened.
 	AutoCommit bool `json:"auto_commit"`
 
@@ -264,6 +273,9 @@ type Checkpoint struct {
 	Job          Name                    `json:"job"`
 	Participants []CheckpointParticipant `json:"participants"`
 	Status       CheckpointStatus        `json:"status"`
+
+	// Votes In a minimal answer (`Prefer: return=minimal`), how the participants voted.
+	Votes *VoteCounts `json:"votes,omitempty"`
 }
 
 // CheckpointDecisionCause Why it was decided: the last `prepared` vote completed unanimity
@@ -589,6 +601,15 @@ type TokenRequest struct {
 	Scopes      []Scope `json:"scopes"`
 }
 
+// VoteCounts In a minimal answer (`Prefer: return=minimal`), how the participants voted.
+type VoteCounts struct {
+	Abort int `json:"abort"`
+
+	// Missing Participants that have not voted.
+	Missing  int `json:"missing"`
+	Prepared int `json:"prepared"`
+}
+
 // VoteKind defines model for VoteKind.
 type VoteKind string
 
@@ -623,6 +644,9 @@ type Limit = int
 
 // ParticipantName Example: sink-a
 type ParticipantName = Name
+
+// PreferMinimal defines model for PreferMinimal.
+type PreferMinimal = string
 
 // StatusFilter defines model for StatusFilter.
 type StatusFilter = []CheckpointStatus
@@ -681,10 +705,40 @@ type PrepareCheckpointParams struct {
 
 // GetCheckpointParams defines parameters for GetCheckpoint.
 type GetCheckpointParams struct {
+	// Participant With `Prefer: return=minimal`, the participant whose entry the answer keeps.
+	Participant *Name `form:"participant,omitempty" json:"participant,omitempty"`
+
 	// WaitMs Long-poll: while the checkpoint is `preparing`, wait up to this many milliseconds
 	// for its decision, then answer with the checkpoint as it stands. Woken the moment
 	// any coordinator on the same database decides it.
 	WaitMs *int64 `form:"wait_ms,omitempty" json:"wait_ms,omitempty"`
+
+	// Prefer `return=minimal` (RFC 7240) answers the checkpoint with only one participant's entry
+	// (the voter's, the acker's, or the `participant` query parameter's) and the counts
+	// `votes` and `acks`, instead of every participant with its committables: what a
+	// participant needs, in a size that does not grow with the participants. The answer
+	// then carries `Preference-Applied: return=minimal`. Other preferences are ignored.
+	Prefer *PreferMinimal `json:"Prefer,omitempty"`
+}
+
+// PutAckParams defines parameters for PutAck.
+type PutAckParams struct {
+	// Prefer `return=minimal` (RFC 7240) answers the checkpoint with only one participant's entry
+	// (the voter's, the acker's, or the `participant` query parameter's) and the counts
+	// `votes` and `acks`, instead of every participant with its committables: what a
+	// participant needs, in a size that does not grow with the participants. The answer
+	// then carries `Preference-Applied: return=minimal`. Other preferences are ignored.
+	Prefer *PreferMinimal `json:"Prefer,omitempty"`
+}
+
+// PutVoteParams defines parameters for PutVote.
+type PutVoteParams struct {
+	// Prefer `return=minimal` (RFC 7240) answers the checkpoint with only one participant's entry
+	// (the voter's, the acker's, or the `participant` query parameter's) and the counts
+	// `votes` and `acks`, instead of every participant with its committables: what a
+	// participant needs, in a size that does not grow with the participants. The answer
+	// then carries `Preference-Applied: return=minimal`. Other preferences are ignored.
+	Prefer *PreferMinimal `json:"Prefer,omitempty"`
 }
 
 // GetPendingParams defines parameters for GetPending.
@@ -989,7 +1043,7 @@ type ClientInterface interface {
 	// Takes any type of body and a specified content type.
 	//
 	// Corresponds with PUT /v1/jobs/{job}/checkpoints/{id}/acks/{participant} (the `PutAck` operationId).
-	PutAckWithBody(ctx context.Context, job JobName, id CheckpointID, participant ParticipantName, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error)
+	PutAckWithBody(ctx context.Context, job JobName, id CheckpointID, participant ParticipantName, params *PutAckParams, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error)
 
 	// PutAck A participant applied the decision.
 	//
@@ -1000,7 +1054,7 @@ type ClientInterface interface {
 	// Takes a body of the `application/json` content type.
 	//
 	// Corresponds with PUT /v1/jobs/{job}/checkpoints/{id}/acks/{participant} (the `PutAck` operationId).
-	PutAck(ctx context.Context, job JobName, id CheckpointID, participant ParticipantName, body PutAckJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error)
+	PutAck(ctx context.Context, job JobName, id CheckpointID, participant ParticipantName, params *PutAckParams, body PutAckJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error)
 
 	// CommitCheckpointWithBody Decide commit.
 	//
@@ -1065,7 +1119,7 @@ type ClientInterface interface {
 	// Takes any type of body and a specified content type.
 	//
 	// Corresponds with PUT /v1/jobs/{job}/checkpoints/{id}/votes/{participant} (the `PutVote` operationId).
-	PutVoteWithBody(ctx context.Context, job JobName, id CheckpointID, participant ParticipantName, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error)
+	PutVoteWithBody(ctx context.Context, job JobName, id CheckpointID, participant ParticipantName, params *PutVoteParams, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error)
 
 	// PutVote Record a participant's vote.
 	//
@@ -1078,7 +1132,7 @@ type ClientInterface interface {
 	// Takes a body of the `application/json` content type.
 	//
 	// Corresponds with PUT /v1/jobs/{job}/checkpoints/{id}/votes/{participant} (the `PutVote` operationId).
-	PutVote(ctx context.Context, job JobName, id CheckpointID, participant ParticipantName, body PutVoteJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error)
+	PutVote(ctx context.Context, job JobName, id CheckpointID, participant ParticipantName, params *PutVoteParams, body PutVoteJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error)
 
 	// GetPending Everything a participant still owes, oldest first.
 	//
@@ -1530,8 +1584,8 @@ func (c *Client) AbortCheckpoint(ctx context.Context, job JobName, id Checkpoint
 // Takes any type of body and a specified content type.
 //
 // Corresponds with PUT /v1/jobs/{job}/checkpoints/{id}/acks/{participant} (the `PutAck` operationId).
-func (c *Client) PutAckWithBody(ctx context.Context, job JobName, id CheckpointID, participant ParticipantName, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error) {
-	req, err := NewPutAckRequestWithBody(c.Server, job, id, participant, contentType, body)
+func (c *Client) PutAckWithBody(ctx context.Context, job JobName, id CheckpointID, participant ParticipantName, params *PutAckParams, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewPutAckRequestWithBody(c.Server, job, id, participant, params, contentType, body)
 	if err != nil {
 		return nil, err
 	}
@@ -1551,8 +1605,8 @@ func (c *Client) PutAckWithBody(ctx context.Context, job JobName, id CheckpointI
 // Takes a body of the `application/json` content type.
 //
 // Corresponds with PUT /v1/jobs/{job}/checkpoints/{id}/acks/{participant} (the `PutAck` operationId).
-func (c *Client) PutAck(ctx context.Context, job JobName, id CheckpointID, participant ParticipantName, body PutAckJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error) {
-	req, err := NewPutAckRequest(c.Server, job, id, participant, body)
+func (c *Client) PutAck(ctx context.Context, job JobName, id CheckpointID, participant ParticipantName, params *PutAckParams, body PutAckJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewPutAckRequest(c.Server, job, id, participant, params, body)
 	if err != nil {
 		return nil, err
 	}
@@ -1666,8 +1720,8 @@ func (c *Client) CompleteCheckpoint(ctx context.Context, job JobName, id Checkpo
 // Takes any type of body and a specified content type.
 //
 // Corresponds with PUT /v1/jobs/{job}/checkpoints/{id}/votes/{participant} (the `PutVote` operationId).
-func (c *Client) PutVoteWithBody(ctx context.Context, job JobName, id CheckpointID, participant ParticipantName, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error) {
-	req, err := NewPutVoteRequestWithBody(c.Server, job, id, participant, contentType, body)
+func (c *Client) PutVoteWithBody(ctx context.Context, job JobName, id CheckpointID, participant ParticipantName, params *PutVoteParams, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewPutVoteRequestWithBody(c.Server, job, id, participant, params, contentType, body)
 	if err != nil {
 		return nil, err
 	}
@@ -1689,8 +1743,8 @@ func (c *Client) PutVoteWithBody(ctx context.Context, job JobName, id Checkpoint
 // Takes a body of the `application/json` content type.
 //
 // Corresponds with PUT /v1/jobs/{job}/checkpoints/{id}/votes/{participant} (the `PutVote` operationId).
-func (c *Client) PutVote(ctx context.Context, job JobName, id CheckpointID, participant ParticipantName, body PutVoteJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error) {
-	req, err := NewPutVoteRequest(c.Server, job, id, participant, body)
+func (c *Client) PutVote(ctx context.Context, job JobName, id CheckpointID, participant ParticipantName, params *PutVoteParams, body PutVoteJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewPutVoteRequest(c.Server, job, id, participant, params, body)
 	if err != nil {
 		return nil, err
 	}
@@ -2560,6 +2614,18 @@ func NewGetCheckpointRequest(server string, job JobName, id CheckpointID, params
 		// per the OpenAPI spec (e.g. "color=blue,black,brown").
 		var rawQueryFragments []string
 
+		if params.Participant != nil {
+
+			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "participant", *params.Participant, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			} else {
+				for _, qp := range strings.Split(queryFrag, "&") {
+					rawQueryFragments = append(rawQueryFragments, qp)
+				}
+			}
+
+		}
+
 		if params.WaitMs != nil {
 
 			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "wait_ms", *params.WaitMs, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "integer", Format: "int64"}); err != nil {
@@ -2581,6 +2647,21 @@ func NewGetCheckpointRequest(server string, job JobName, id CheckpointID, params
 	req, err := http.NewRequest(http.MethodGet, queryURL.String(), nil)
 	if err != nil {
 		return nil, err
+	}
+
+	if params != nil {
+
+		if params.Prefer != nil {
+			var headerParam0 string
+
+			headerParam0, err = runtime.StyleParamWithOptions("simple", false, "Prefer", *params.Prefer, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationHeader, Type: "string", Format: ""})
+			if err != nil {
+				return nil, err
+			}
+
+			req.Header.Set("Prefer", headerParam0)
+		}
+
 	}
 
 	return req, nil
@@ -2641,18 +2722,18 @@ func NewAbortCheckpointRequestWithBody(server string, job JobName, id Checkpoint
 }
 
 // NewPutAckRequest calls the generic PutAck builder with application/json body
-func NewPutAckRequest(server string, job JobName, id CheckpointID, participant ParticipantName, body PutAckJSONRequestBody) (*http.Request, error) {
+func NewPutAckRequest(server string, job JobName, id CheckpointID, participant ParticipantName, params *PutAckParams, body PutAckJSONRequestBody) (*http.Request, error) {
 	var bodyReader io.Reader
 	buf, err := json.Marshal(body)
 	if err != nil {
 		return nil, err
 	}
 	bodyReader = bytes.NewReader(buf)
-	return NewPutAckRequestWithBody(server, job, id, participant, "application/json", bodyReader)
+	return NewPutAckRequestWithBody(server, job, id, participant, params, "application/json", bodyReader)
 }
 
 // NewPutAckRequestWithBody constructs an http.Request for the PutAck method, with any body, and a specified content type
-func NewPutAckRequestWithBody(server string, job JobName, id CheckpointID, participant ParticipantName, contentType string, body io.Reader) (*http.Request, error) {
+func NewPutAckRequestWithBody(server string, job JobName, id CheckpointID, participant ParticipantName, params *PutAckParams, contentType string, body io.Reader) (*http.Request, error) {
 	var err error
 
 	var pathParam0 string
@@ -2697,6 +2778,21 @@ func NewPutAckRequestWithBody(server string, job JobName, id CheckpointID, parti
 	}
 
 	req.Header.Add("Content-Type", contentType)
+
+	if params != nil {
+
+		if params.Prefer != nil {
+			var headerParam0 string
+
+			headerParam0, err = runtime.StyleParamWithOptions("simple", false, "Prefer", *params.Prefer, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationHeader, Type: "string", Format: ""})
+			if err != nil {
+				return nil, err
+			}
+
+			req.Header.Set("Prefer", headerParam0)
+		}
+
+	}
 
 	return req, nil
 }
@@ -2810,18 +2906,18 @@ func NewCompleteCheckpointRequestWithBody(server string, job JobName, id Checkpo
 }
 
 // NewPutVoteRequest calls the generic PutVote builder with application/json body
-func NewPutVoteRequest(server string, job JobName, id CheckpointID, participant ParticipantName, body PutVoteJSONRequestBody) (*http.Request, error) {
+func NewPutVoteRequest(server string, job JobName, id CheckpointID, participant ParticipantName, params *PutVoteParams, body PutVoteJSONRequestBody) (*http.Request, error) {
 	var bodyReader io.Reader
 	buf, err := json.Marshal(body)
 	if err != nil {
 		return nil, err
 	}
 	bodyReader = bytes.NewReader(buf)
-	return NewPutVoteRequestWithBody(server, job, id, participant, "application/json", bodyReader)
+	return NewPutVoteRequestWithBody(server, job, id, participant, params, "application/json", bodyReader)
 }
 
 // NewPutVoteRequestWithBody constructs an http.Request for the PutVote method, with any body, and a specified content type
-func NewPutVoteRequestWithBody(server string, job JobName, id CheckpointID, participant ParticipantName, contentType string, body io.Reader) (*http.Request, error) {
+func NewPutVoteRequestWithBody(server string, job JobName, id CheckpointID, participant ParticipantName, params *PutVoteParams, contentType string, body io.Reader) (*http.Request, error) {
 	var err error
 
 	var pathParam0 string
@@ -2866,6 +2962,21 @@ func NewPutVoteRequestWithBody(server string, job JobName, id CheckpointID, part
 	}
 
 	req.Header.Add("Content-Type", contentType)
+
+	if params != nil {
+
+		if params.Prefer != nil {
+			var headerParam0 string
+
+			headerParam0, err = runtime.StyleParamWithOptions("simple", false, "Prefer", *params.Prefer, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationHeader, Type: "string", Format: ""})
+			if err != nil {
+				return nil, err
+			}
+
+			req.Header.Set("Prefer", headerParam0)
+		}
+
+	}
 
 	return req, nil
 }
@@ -3412,7 +3523,7 @@ type ClientWithResponsesInterface interface {
 	// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
 	//
 	// Corresponds with PUT /v1/jobs/{job}/checkpoints/{id}/acks/{participant} (the `PutAck` operationId).
-	PutAckWithBodyWithResponse(ctx context.Context, job JobName, id CheckpointID, participant ParticipantName, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*PutAckResponse, error)
+	PutAckWithBodyWithResponse(ctx context.Context, job JobName, id CheckpointID, participant ParticipantName, params *PutAckParams, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*PutAckResponse, error)
 
 	// PutAckWithResponse A participant applied the decision.
 	//
@@ -3423,7 +3534,7 @@ type ClientWithResponsesInterface interface {
 	// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
 	//
 	// Corresponds with PUT /v1/jobs/{job}/checkpoints/{id}/acks/{participant} (the `PutAck` operationId).
-	PutAckWithResponse(ctx context.Context, job JobName, id CheckpointID, participant ParticipantName, body PutAckJSONRequestBody, reqEditors ...RequestEditorFn) (*PutAckResponse, error)
+	PutAckWithResponse(ctx context.Context, job JobName, id CheckpointID, participant ParticipantName, params *PutAckParams, body PutAckJSONRequestBody, reqEditors ...RequestEditorFn) (*PutAckResponse, error)
 
 	// CommitCheckpointWithBodyWithResponse Decide commit.
 	//
@@ -3488,7 +3599,7 @@ type ClientWithResponsesInterface interface {
 	// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
 	//
 	// Corresponds with PUT /v1/jobs/{job}/checkpoints/{id}/votes/{participant} (the `PutVote` operationId).
-	PutVoteWithBodyWithResponse(ctx context.Context, job JobName, id CheckpointID, participant ParticipantName, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*PutVoteResponse, error)
+	PutVoteWithBodyWithResponse(ctx context.Context, job JobName, id CheckpointID, participant ParticipantName, params *PutVoteParams, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*PutVoteResponse, error)
 
 	// PutVoteWithResponse Record a participant's vote.
 	//
@@ -3501,7 +3612,7 @@ type ClientWithResponsesInterface interface {
 	// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
 	//
 	// Corresponds with PUT /v1/jobs/{job}/checkpoints/{id}/votes/{participant} (the `PutVote` operationId).
-	PutVoteWithResponse(ctx context.Context, job JobName, id CheckpointID, participant ParticipantName, body PutVoteJSONRequestBody, reqEditors ...RequestEditorFn) (*PutVoteResponse, error)
+	PutVoteWithResponse(ctx context.Context, job JobName, id CheckpointID, participant ParticipantName, params *PutVoteParams, body PutVoteJSONRequestBody, reqEditors ...RequestEditorFn) (*PutVoteResponse, error)
 
 	// GetPendingWithResponse Everything a participant still owes, oldest first.
 	//
@@ -5322,8 +5433,8 @@ func (c *ClientWithResponses) AbortCheckpointWithResponse(ctx context.Context, j
 // Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
 //
 // Corresponds with PUT /v1/jobs/{job}/checkpoints/{id}/acks/{participant} (the `PutAck` operationId).
-func (c *ClientWithResponses) PutAckWithBodyWithResponse(ctx context.Context, job JobName, id CheckpointID, participant ParticipantName, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*PutAckResponse, error) {
-	rsp, err := c.PutAckWithBody(ctx, job, id, participant, contentType, body, reqEditors...)
+func (c *ClientWithResponses) PutAckWithBodyWithResponse(ctx context.Context, job JobName, id CheckpointID, participant ParticipantName, params *PutAckParams, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*PutAckResponse, error) {
+	rsp, err := c.PutAckWithBody(ctx, job, id, participant, params, contentType, body, reqEditors...)
 	if err != nil {
 		return nil, err
 	}
@@ -5339,8 +5450,8 @@ func (c *ClientWithResponses) PutAckWithBodyWithResponse(ctx context.Context, jo
 // Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
 //
 // Corresponds with PUT /v1/jobs/{job}/checkpoints/{id}/acks/{participant} (the `PutAck` operationId).
-func (c *ClientWithResponses) PutAckWithResponse(ctx context.Context, job JobName, id CheckpointID, participant ParticipantName, body PutAckJSONRequestBody, reqEditors ...RequestEditorFn) (*PutAckResponse, error) {
-	rsp, err := c.PutAck(ctx, job, id, participant, body, reqEditors...)
+func (c *ClientWithResponses) PutAckWithResponse(ctx context.Context, job JobName, id CheckpointID, participant ParticipantName, params *PutAckParams, body PutAckJSONRequestBody, reqEditors ...RequestEditorFn) (*PutAckResponse, error) {
+	rsp, err := c.PutAck(ctx, job, id, participant, params, body, reqEditors...)
 	if err != nil {
 		return nil, err
 	}
@@ -5434,8 +5545,8 @@ func (c *ClientWithResponses) CompleteCheckpointWithResponse(ctx context.Context
 // Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
 //
 // Corresponds with PUT /v1/jobs/{job}/checkpoints/{id}/votes/{participant} (the `PutVote` operationId).
-func (c *ClientWithResponses) PutVoteWithBodyWithResponse(ctx context.Context, job JobName, id CheckpointID, participant ParticipantName, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*PutVoteResponse, error) {
-	rsp, err := c.PutVoteWithBody(ctx, job, id, participant, contentType, body, reqEditors...)
+func (c *ClientWithResponses) PutVoteWithBodyWithResponse(ctx context.Context, job JobName, id CheckpointID, participant ParticipantName, params *PutVoteParams, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*PutVoteResponse, error) {
+	rsp, err := c.PutVoteWithBody(ctx, job, id, participant, params, contentType, body, reqEditors...)
 	if err != nil {
 		return nil, err
 	}
@@ -5453,8 +5564,8 @@ func (c *ClientWithResponses) PutVoteWithBodyWithResponse(ctx context.Context, j
 // Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
 //
 // Corresponds with PUT /v1/jobs/{job}/checkpoints/{id}/votes/{participant} (the `PutVote` operationId).
-func (c *ClientWithResponses) PutVoteWithResponse(ctx context.Context, job JobName, id CheckpointID, participant ParticipantName, body PutVoteJSONRequestBody, reqEditors ...RequestEditorFn) (*PutVoteResponse, error) {
-	rsp, err := c.PutVote(ctx, job, id, participant, body, reqEditors...)
+func (c *ClientWithResponses) PutVoteWithResponse(ctx context.Context, job JobName, id CheckpointID, participant ParticipantName, params *PutVoteParams, body PutVoteJSONRequestBody, reqEditors ...RequestEditorFn) (*PutVoteResponse, error) {
+	rsp, err := c.PutVote(ctx, job, id, participant, params, body, reqEditors...)
 	if err != nil {
 		return nil, err
 	}

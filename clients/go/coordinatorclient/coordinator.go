@@ -43,6 +43,10 @@ type Options struct {
 	MaxAttempts int
 	// Logger receives a debug line per retried attempt. nil means no logging.
 	Logger *slog.Logger
+	// FullAnswers makes Vote and Ack return every participant's entry, as curl sees it;
+	// by default they ask for the minimal answer (Prefer: return=minimal), whose size does
+	// not grow with the participants.
+	FullAnswers bool
 }
 
 // Coordinator is a typed connection to a coordinator that retries what can be retried:
@@ -369,14 +373,19 @@ func (c *Coordinator) Checkpoints(ctx context.Context, job string, statuses ...C
 	}
 }
 
+// minimal is the Prefer header of the answers a participant needs: its own entry and the
+// counts, not every participant's committables (openapi.yaml, PreferMinimal).
+var minimal = "return=minimal"
+
 // Vote records participant's vote and returns the checkpoint after it (so the last voter
-// sees the decision). It returns ErrFenced when epoch is no longer current,
+// sees the decision): with only participant's entry, and the counts Votes and Acks, unless
+// Options.FullAnswers. It returns ErrFenced when epoch is no longer current,
 // ErrAlreadyDecided (with the checkpoint in the *APIError) when the checkpoint was decided
 // first, ErrVoteConflict when another vote was recorded for this participant.
 func (c *Coordinator) Vote(ctx context.Context, job string, id int64, participant string, v VoteRequest) (*Checkpoint, error) {
 	var out *Checkpoint
 	err := c.do(ctx, fmt.Sprintf("vote %s %s/%d/%s", v.Vote, job, id, participant), 0, func(ctx context.Context) (outcome, error) {
-		r, err := c.client.PutVoteWithResponse(ctx, job, id, participant, v)
+		r, err := c.client.PutVoteWithResponse(ctx, job, id, participant, &PutVoteParams{Prefer: c.prefer()}, v)
 		if err != nil {
 			return outcome{}, err
 		}
@@ -386,13 +395,13 @@ func (c *Coordinator) Vote(ctx context.Context, job string, id int64, participan
 	return out, err
 }
 
-// Ack tells the coordinator that participant applied the checkpoint's decision. It
-// returns ErrFenced when epoch is no longer current and ErrNotDecided while the
-// checkpoint is preparing.
+// Ack tells the coordinator that participant applied the checkpoint's decision, and
+// returns the checkpoint after it (minimal, as Vote's). It returns ErrFenced when epoch is
+// no longer current and ErrNotDecided while the checkpoint is preparing.
 func (c *Coordinator) Ack(ctx context.Context, job string, id int64, participant string, epoch int64) (*Checkpoint, error) {
 	var out *Checkpoint
 	err := c.do(ctx, fmt.Sprintf("ack %s/%d/%s", job, id, participant), 0, func(ctx context.Context) (outcome, error) {
-		r, err := c.client.PutAckWithResponse(ctx, job, id, participant, AckRequest{Epoch: epoch})
+		r, err := c.client.PutAckWithResponse(ctx, job, id, participant, &PutAckParams{Prefer: c.prefer()}, AckRequest{Epoch: epoch})
 		if err != nil {
 			return outcome{}, err
 		}
@@ -452,6 +461,35 @@ func (c *Coordinator) Abort(ctx context.Context, job string, id int64, reason st
 	var out *Checkpoint
 	err := c.do(ctx, fmt.Sprintf("abort %s/%d", job, id), 0, func(ctx context.Context) (outcome, error) {
 		r, err := c.client.AbortCheckpointWithResponse(ctx, job, id, body)
+		if err != nil {
+			return outcome{}, err
+		}
+		out = r.JSON200
+		return outcome{r.HTTPResponse, r.ApplicationproblemJSONDefault, out != nil}, nil
+	})
+	return out, err
+}
+
+// prefer is the Prefer header of Vote and Ack: minimal unless Options.FullAnswers.
+func (c *Coordinator) prefer() *string {
+	if c.opts.FullAnswers {
+		return nil
+	}
+	return &minimal
+}
+
+// decision long-polls checkpoint id for participant, with a minimal answer: its status and
+// participant's entry (the Runner's wait for a decision).
+func (c *Coordinator) decision(ctx context.Context, job string, id int64, participant string, wait time.Duration) (*Checkpoint, error) {
+	params := GetCheckpointParams{Prefer: &minimal, Participant: &participant}
+	wait = min(wait, time.Minute)
+	if wait > 0 {
+		ms := wait.Milliseconds()
+		params.WaitMs = &ms
+	}
+	var out *Checkpoint
+	err := c.do(ctx, fmt.Sprintf("get checkpoint %s/%d", job, id), wait, func(ctx context.Context) (outcome, error) {
+		r, err := c.client.GetCheckpointWithResponse(ctx, job, id, &params)
 		if err != nil {
 			return outcome{}, err
 		}

@@ -218,7 +218,7 @@ func (r *Runner[C]) wait(ctx context.Context) (idle bool, err error) {
 	if !ok {
 		return true, nil
 	}
-	_, err = r.coord.Checkpoint(ctx, r.job, low, r.opts.LongPoll)
+	_, err = r.coord.decision(ctx, r.job, low, r.name, r.opts.LongPoll)
 	if errors.Is(err, ErrNotFound) {
 		delete(r.inDoubt, low) // the job was deleted and created again: nothing owed
 		return false, nil
@@ -329,7 +329,7 @@ func (r *Runner[C]) watchDecision(ctx context.Context, id int64) (context.Contex
 	go func() {
 		defer close(done)
 		for pctx.Err() == nil {
-			cp, err := r.coord.Checkpoint(pctx, r.job, id, r.opts.LongPoll)
+			cp, err := r.coord.decision(pctx, r.job, id, r.name, r.opts.LongPoll)
 			if err != nil {
 				if pctx.Err() == nil {
 					// Not knowing is no reason to stop Prepare; try again a little later.

@@ -1,0 +1,64 @@
+package api
+
+import (
+	"encoding/json"
+	"testing"
+)
+
+func TestMinimalAnswers(t *testing.T) { onEachStore(t, testMinimalAnswers) }
+
+// Prefer: return=minimal answers a vote, an ack and a read of a checkpoint with one
+// participant's entry and the counts; without it, the full view.
+func testMinimalAnswers(t *testing.T) {
+	b := setup(t)
+	b.json(t, "PUT", "/v1/jobs/j", `{"participants":["a","b","c"]}`).ok(t, 201, nil)
+	for _, p := range []string{"a", "b", "c"} {
+		b.call(t, "POST", "/v1/jobs/j/participants/"+p+"/register", "", "").ok(t, 200, nil)
+	}
+	b.call(t, "POST", "/v1/jobs/j/checkpoints", "", "").ok(t, 201, nil)
+	minimal := func(a answer) Checkpoint {
+		t.Helper()
+		var cp Checkpoint
+		if err := json.Unmarshal(a.body, &cp); err != nil || a.status != 200 {
+			t.Fatalf("%d %s", a.status, a.body)
+		}
+		if a.header.Get("Preference-Applied") != "return=minimal" {
+			t.Fatalf("no Preference-Applied: return=minimal in %v", a.header)
+		}
+		return cp
+	}
+	cp := minimal(b.json(t, "PUT", "/v1/jobs/j/checkpoints/1/votes/a", `{"epoch":1,"vote":"prepared","committables":[{"t":"a"}]}`,
+		"Prefer", "return=minimal"))
+	if len(cp.Participants) != 1 || cp.Participants[0].Name != "a" || cp.Votes == nil || *cp.Votes != (VoteCounts{Prepared: 1, Missing: 2}) ||
+		cp.Acks == nil || *cp.Acks != (AckCounts{}) {
+		t.Fatalf("minimal vote answer: %+v, votes %+v, acks %+v", cp.Participants, cp.Votes, cp.Acks)
+	}
+	// Without the preference: every participant, no counts.
+	full := b.json(t, "PUT", "/v1/jobs/j/checkpoints/1/votes/b", `{"epoch":1,"vote":"prepared"}`)
+	var cpFull Checkpoint
+	if err := json.Unmarshal(full.body, &cpFull); err != nil || len(cpFull.Participants) != 3 || cpFull.Votes != nil ||
+		full.header.Get("Preference-Applied") != "" {
+		t.Fatalf("full answer: %s", full.body)
+	}
+	cp = minimal(b.json(t, "PUT", "/v1/jobs/j/checkpoints/1/votes/c", `{"epoch":1,"vote":"prepared"}`, "Prefer", `respond-async, return="minimal"`))
+	if cp.Status != Committing || *cp.Votes != (VoteCounts{Prepared: 3}) || *cp.Acks != (AckCounts{Missing: 3}) {
+		t.Fatalf("the deciding vote's minimal answer: %s, votes %+v, acks %+v", cp.Status, cp.Votes, cp.Acks)
+	}
+	cp = minimal(b.json(t, "PUT", "/v1/jobs/j/checkpoints/1/acks/a", `{"epoch":1}`, "Prefer", "return=minimal"))
+	if len(cp.Participants) != 1 || cp.Participants[0].AckedAt == nil || *cp.Acks != (AckCounts{Done: 1, Missing: 2}) {
+		t.Fatalf("minimal ack answer: %+v, acks %+v", cp.Participants, cp.Acks)
+	}
+	// A read keeps the entry of ?participant=, and none without it.
+	cp = minimal(b.call(t, "GET", "/v1/jobs/j/checkpoints/1?participant=b", "", "", "Prefer", "return=minimal"))
+	if len(cp.Participants) != 1 || cp.Participants[0].Name != "b" || string(cp.Participants[0].Committables) != "[]" {
+		t.Fatalf("minimal read for b: %+v", cp.Participants)
+	}
+	cp = minimal(b.call(t, "GET", "/v1/jobs/j/checkpoints/1", "", "", "Prefer", "return=minimal"))
+	if len(cp.Participants) != 0 || cp.Votes == nil {
+		t.Fatalf("minimal read without a participant: %+v", cp.Participants)
+	}
+	// Another preference alone is ignored.
+	if a := b.call(t, "GET", "/v1/jobs/j/checkpoints/1", "", "", "Prefer", "return=representation"); a.header.Get("Preference-Applied") != "" {
+		t.Fatalf("return=representation: Preference-Applied %q", a.header.Get("Preference-Applied"))
+	}
+}

@@ -1,0 +1,260 @@
+package coordinatorclient_test
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/twophase/coordinator/api"
+	cc "github.com/twophase/coordinator/clients/go/coordinatorclient"
+	"github.com/twophase/coordinator/coordinator"
+	"github.com/twophase/coordinator/store/pgtest"
+	"github.com/twophase/coordinator/store/postgres"
+)
+
+// idleRequest is one request the counting handler saw.
+type idleRequest struct {
+	method, path string
+	query        string
+	started      time.Time
+	ended        time.Time
+	status       int
+	body         []byte
+}
+
+// idleCounter records every request it passes to next, with its answer.
+type idleCounter struct {
+	mu   sync.Mutex
+	seen []*idleRequest
+}
+
+func (c *idleCounter) wrap(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		req := &idleRequest{method: r.Method, path: r.URL.Path, query: r.URL.RawQuery, started: time.Now()}
+		c.mu.Lock()
+		c.seen = append(c.seen, req)
+		c.mu.Unlock()
+		rec := &idleRecorder{ResponseWriter: w, status: http.StatusOK}
+		next.ServeHTTP(rec, r)
+		c.mu.Lock()
+		req.ended, req.status, req.body = time.Now(), rec.status, rec.body.Bytes()
+		c.mu.Unlock()
+	})
+}
+
+// requests returns a copy of what was seen so far.
+func (c *idleCounter) requests() []idleRequest {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	out := make([]idleRequest, len(c.seen))
+	for i, r := range c.seen {
+		out[i] = *r
+	}
+	return out
+}
+
+// idleRecorder passes the answer on and keeps a copy of it.
+type idleRecorder struct {
+	http.ResponseWriter
+	status int
+	body   bytes.Buffer
+}
+
+func (r *idleRecorder) WriteHeader(status int) {
+	r.status = status
+	r.ResponseWriter.WriteHeader(status)
+}
+
+func (r *idleRecorder) Write(b []byte) (int, error) {
+	r.body.Write(b)
+	return r.ResponseWriter.Write(b)
+}
+
+func (r *idleRecorder) Unwrap() http.ResponseWriter { return r.ResponseWriter }
+
+// idleParticipant tells when the Runner prepares.
+type idleParticipant struct {
+	prepared chan int64
+}
+
+func (p *idleParticipant) Prepare(ctx context.Context, id int64) ([]string, error) {
+	select {
+	case p.prepared <- id:
+	default:
+	}
+	return []string{"txn"}, nil
+}
+
+func (p *idleParticipant) Commit(ctx context.Context, id int64, cs []string) error { return nil }
+
+func (p *idleParticipant) Abort(ctx context.Context, id int64, cs []string) error { return nil }
+
+// TestIdleRunnerOnePendingPerWait checks what RunnerOptions.LongPoll promises: an idle
+// Runner (nothing owed, nothing in doubt) costs one request per LongPoll, a long-poll on
+// pending with wait_ms, and nothing else; and a checkpoint opened while it waits wakes that
+// very request, so that the Runner votes at once rather than on its next poll.
+func TestIdleRunnerOnePendingPerWait(t *testing.T) {
+	t.Parallel()
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(cancel)
+	store, err := postgres.Open(ctx, pgtest.URL(t), postgres.Options{})
+	if err != nil {
+		t.Fatalf("open store: %v", err)
+	}
+	t.Cleanup(store.Close)
+	svc := coordinator.NewService(store, nil)
+	go svc.RunSweeper(ctx, 50*time.Millisecond)
+	counter := &idleCounter{}
+	srv := httptest.NewServer(counter.wrap(api.NewHandler(svc, api.Options{Logger: slog.New(slog.DiscardHandler), RequestTimeout: time.Minute})))
+	t.Cleanup(srv.Close)
+	coord, err := cc.NewCoordinator(srv.URL, cc.Options{MinBackoff: 5 * time.Millisecond, MaxBackoff: 50 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := coord.PutJob(ctx, "idle", cc.JobConfig{Participants: []string{"a"}}); err != nil {
+		t.Fatalf("put job: %v", err)
+	}
+
+	const longPoll = 500 * time.Millisecond
+	const idleFor = 2200 * time.Millisecond
+	p := &idleParticipant{prepared: make(chan int64, 1)}
+	r := cc.NewRunner(coord, "idle", "a", cc.Participant[string](p), cc.RunnerOptions{LongPoll: longPoll})
+	runCtx, stop := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	start := len(counter.requests()) // the PUT of the job
+	go func() { done <- r.Run(runCtx) }()
+	t.Cleanup(func() {
+		stop()
+		select {
+		case err := <-done:
+			if err != nil && !errors.Is(err, context.Canceled) {
+				t.Errorf("Run: %v", err)
+			}
+		case <-time.After(10 * time.Second):
+			t.Error("the Runner did not stop")
+		}
+	})
+	began := time.Now()
+	time.Sleep(idleFor)
+
+	pendingPath := "/v1/jobs/idle/participants/a/pending"
+	idle := counter.requests()[start:]
+	var pendings []idleRequest
+	for i, req := range idle {
+		switch {
+		case i == 0 && req.method == "POST" && req.path == "/v1/jobs/idle/participants/a/register":
+		case req.method == "GET" && req.path == pendingPath:
+			pendings = append(pendings, req)
+		default:
+			t.Errorf("request %d of the idle Runner: %s %s?%s, want only the registration and then long-polls on pending", i, req.method, req.path, req.query)
+		}
+	}
+	if len(idle) == 0 || idle[0].path != "/v1/jobs/idle/participants/a/register" {
+		t.Fatalf("the Runner's first request is not its registration: %+v", idle)
+	}
+	t.Logf("in %s of idling with LongPoll %s: %d requests, %d of them on pending", idleFor, longPoll, len(idle), len(pendings))
+	for i, req := range pendings {
+		t.Logf("pending %d: ?%s at +%s, held %s", i, req.query, req.started.Sub(began).Round(time.Millisecond), func() time.Duration {
+			if req.ended.IsZero() {
+				return 0 // still held
+			}
+			return req.ended.Sub(req.started).Round(time.Millisecond)
+		}())
+	}
+	if n := len(pendings); n < 3 || n > 6 {
+		t.Errorf("%d requests on pending in %s with LongPoll %s, want 3 to 6 (one per LongPoll, plus the first)", n, idleFor, longPoll)
+	}
+	for i, req := range pendings {
+		if i > 0 && req.query != "wait_ms=500" {
+			t.Errorf("pending request %d carried ?%s, want wait_ms=500", i, req.query)
+		}
+		if !req.ended.IsZero() && req.ended.Sub(req.started) < longPoll-50*time.Millisecond && req.query == "wait_ms=500" {
+			t.Errorf("pending request %d was answered after %s, before its wait_ms: %s", i, req.ended.Sub(req.started), req.body)
+		}
+	}
+
+	// A checkpoint opened while the Runner's long-poll is held: that request answers with
+	// the vote item, and the Runner votes within a second.
+	waitHeld := func() idleRequest {
+		t.Helper()
+		deadline := time.Now().Add(5 * time.Second)
+		for {
+			reqs := counter.requests()
+			last := reqs[len(reqs)-1]
+			if last.path == pendingPath && last.ended.IsZero() && time.Since(last.started) > 100*time.Millisecond &&
+				time.Since(last.started) < 300*time.Millisecond {
+				return last
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("no long-poll on pending held for 100 to 300 ms within 5 s")
+			}
+			time.Sleep(5 * time.Millisecond)
+		}
+	}
+	held := waitHeld()
+	opening := time.Now()
+	cp, err := coord.OpenCheckpoint(ctx, "idle", "", 0)
+	if err != nil {
+		t.Fatalf("open checkpoint: %v", err)
+	}
+	opened := time.Now()
+	var voted time.Time
+	deadline := time.Now().Add(5 * time.Second)
+	for voted.IsZero() {
+		for _, req := range counter.requests() {
+			if req.method == "PUT" && strings.HasSuffix(req.path, "/votes/a") && !req.ended.IsZero() {
+				voted = req.ended
+				break
+			}
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the Runner did not vote on checkpoint %d within 5 s", cp.Id)
+		}
+		time.Sleep(2 * time.Millisecond)
+	}
+	delay := voted.Sub(opened)
+	t.Logf("checkpoint %d opened %s into a held long-poll (the open took %s); the Runner's vote answered %s after the open",
+		cp.Id, opening.Sub(held.started).Round(time.Millisecond), opened.Sub(opening).Round(time.Millisecond), delay.Round(time.Millisecond))
+	if delay > time.Second {
+		t.Errorf("the Runner voted %s after the checkpoint opened, want within 1 s", delay)
+	}
+	// The request that brought the vote item is the one held when the checkpoint opened,
+	// answered before its wait_ms ran out: woken, not a new poll.
+	var woke *idleRequest
+	for _, req := range counter.requests() {
+		if req.path == pendingPath && req.started.Equal(held.started) {
+			woke = &req
+		}
+	}
+	if woke == nil || woke.ended.IsZero() {
+		t.Fatalf("the held long-poll was not answered: %+v", woke)
+	}
+	var answer cc.Pending
+	if err := json.Unmarshal(woke.body, &answer); err != nil {
+		t.Fatalf("the held long-poll's answer %s: %v", woke.body, err)
+	}
+	heldFor := woke.ended.Sub(woke.started)
+	t.Logf("the held long-poll answered %s after the open, after %s of its %s", woke.ended.Sub(opened).Round(time.Millisecond), heldFor.Round(time.Millisecond), longPoll)
+	if len(answer.Items) != 1 || answer.Items[0].Checkpoint != cp.Id || answer.Items[0].Action != cc.PendingActionVote {
+		t.Errorf("the held long-poll answered %s, want the vote on checkpoint %d", woke.body, cp.Id)
+	}
+	if heldFor >= longPoll {
+		t.Errorf("the held long-poll answered after %s, its whole wait: not woken by the checkpoint", heldFor)
+	}
+	select {
+	case id := <-p.prepared:
+		if id != cp.Id {
+			t.Errorf("prepared %d, want %d", id, cp.Id)
+		}
+	default:
+		t.Error("the Runner voted without calling Prepare")
+	}
+}

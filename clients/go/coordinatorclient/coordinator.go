@@ -324,7 +324,11 @@ func (c *Coordinator) OpenCheckpoint(ctx context.Context, job, idempotencyKey st
 // Checkpoint returns one checkpoint. With wait > 0 it long-polls: while the checkpoint is
 // preparing, the coordinator answers when it is decided or after wait (at most 60s).
 func (c *Coordinator) Checkpoint(ctx context.Context, job string, id int64, wait time.Duration) (*Checkpoint, error) {
-	var params GetCheckpointParams
+	return c.getCheckpoint(ctx, job, id, wait, GetCheckpointParams{})
+}
+
+// getCheckpoint reads a checkpoint with params, long-polling up to wait.
+func (c *Coordinator) getCheckpoint(ctx context.Context, job string, id int64, wait time.Duration, params GetCheckpointParams) (*Checkpoint, error) {
 	wait = min(wait, time.Minute)
 	if wait > 0 {
 		ms := wait.Milliseconds()
@@ -481,20 +485,5 @@ func (c *Coordinator) prefer() *string {
 // decision long-polls checkpoint id for participant, with a minimal answer: its status and
 // participant's entry (the Runner's wait for a decision).
 func (c *Coordinator) decision(ctx context.Context, job string, id int64, participant string, wait time.Duration) (*Checkpoint, error) {
-	params := GetCheckpointParams{Prefer: &minimal, Participant: &participant}
-	wait = min(wait, time.Minute)
-	if wait > 0 {
-		ms := wait.Milliseconds()
-		params.WaitMs = &ms
-	}
-	var out *Checkpoint
-	err := c.do(ctx, fmt.Sprintf("get checkpoint %s/%d", job, id), wait, func(ctx context.Context) (outcome, error) {
-		r, err := c.client.GetCheckpointWithResponse(ctx, job, id, &params)
-		if err != nil {
-			return outcome{}, err
-		}
-		out = r.JSON200
-		return outcome{r.HTTPResponse, r.ApplicationproblemJSONDefault, out != nil}, nil
-	})
-	return out, err
+	return c.getCheckpoint(ctx, job, id, wait, GetCheckpointParams{Prefer: &minimal, Participant: &participant})
 }

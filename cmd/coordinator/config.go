@@ -28,6 +28,7 @@ type config struct {
 	maxBodyBytes       int64
 	maxCheckpointBytes int64
 	metricsJobLabel    bool
+	memoryLimit        int64 // bytes; 0: GOMEMLIMIT, else the container's
 	requestTimeout     time.Duration
 	shutdownTimeout    time.Duration
 	sweepInterval      time.Duration
@@ -123,6 +124,10 @@ func define(command string, cfg *config) *cli.Settings {
 		fs.BoolVar(&cfg.metricsJobLabel, "metrics-job-label", true,
 			"label metrics with the job (false: no job label, for fleets of very many jobs; the last committed checkpoint is then left out)")
 		s.Twin("metrics-job-label", "COORDINATOR_METRICS_JOB_LABEL")
+		fs.Var((*byteSize)(&cfg.memoryLimit), "memory-limit",
+			"soft memory limit of the Go runtime (`size`, like 512MiB): the collector works harder near it. 0: GOMEMLIMIT if set, "+
+				"else 90% of the container's (cgroup) limit, else none")
+		s.Twin("memory-limit", "COORDINATOR_MEMORY_LIMIT")
 		fs.DurationVar(&cfg.requestTimeout, "request-timeout", 30*time.Second,
 			"longest a request's work may take (`duration`), a long-poll's wait_ms coming on top; past it the answer is 503 unavailable")
 		s.Twin("request-timeout", "COORDINATOR_REQUEST_TIMEOUT")

@@ -135,6 +135,7 @@ func run(ctx context.Context, args, environ []string, stdout, stderr io.Writer) 
 	case "token":
 		err = tokenCommand(ctx, rest, cfg, logger, stdout)
 	default:
+		applyMemoryLimit(cfg, environ, logger)
 		err = serve(ctx, cfg, logger)
 	}
 	if err == nil {

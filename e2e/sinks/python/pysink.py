@@ -82,7 +82,7 @@ class Coordinator:
         self.token = token
         self.tls_context = tls_context  # for https:// only; None: the system's CAs
 
-    def call(self, method, path, body=None, timeout=10):
+    def call(self, method, path, body=None, timeout=10, minimal=False):
         """Sends a request until it succeeds or is refused; returns the decoded answer."""
         delay = 0.02
         while True:
@@ -92,6 +92,10 @@ class Coordinator:
                 req.add_header("Content-Type", "application/json")
             if self.token:
                 req.add_header("Authorization", "Bearer " + self.token)
+            if minimal:
+                # Only this participant's entry and the counts: the answer's size does not
+                # grow with the job's participants.
+                req.add_header("Prefer", "return=minimal")
             wait = delay
             try:
                 with urllib.request.urlopen(req, timeout=timeout, context=self.tls_context) as resp:
@@ -131,15 +135,16 @@ class Coordinator:
                          timeout=10 + wait_ms / 1000)
 
     def checkpoint(self, cid, wait_ms=0):
-        q = f"?wait_ms={wait_ms}" if wait_ms else ""
-        return self.call("GET", f"/v1/jobs/{self.p(self.job)}/checkpoints/{cid}{q}", timeout=10 + wait_ms / 1000)
+        q = f"?participant={self.p(self.name)}" + (f"&wait_ms={wait_ms}" if wait_ms else "")
+        return self.call("GET", f"/v1/jobs/{self.p(self.job)}/checkpoints/{cid}{q}", timeout=10 + wait_ms / 1000, minimal=True)
 
     def vote(self, cid, epoch, body):
         body = dict(body, epoch=epoch)
-        return self.call("PUT", f"/v1/jobs/{self.p(self.job)}/checkpoints/{cid}/votes/{self.p(self.name)}", body)
+        return self.call("PUT", f"/v1/jobs/{self.p(self.job)}/checkpoints/{cid}/votes/{self.p(self.name)}", body, minimal=True)
 
     def ack(self, cid, epoch):
-        return self.call("PUT", f"/v1/jobs/{self.p(self.job)}/checkpoints/{cid}/acks/{self.p(self.name)}", {"epoch": epoch})
+        return self.call("PUT", f"/v1/jobs/{self.p(self.job)}/checkpoints/{cid}/acks/{self.p(self.name)}", {"epoch": epoch},
+                         minimal=True)
 
 
 class Inbox:

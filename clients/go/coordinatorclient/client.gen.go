@@ -300,7 +300,7 @@ type CheckpointParticipant struct {
 	// AckedBy Who acked: the participant's own name, or, when an operator settled the ack with
 	// `POST .../complete`, the operator's token's name (`operator` without
 	// authentication). Null until acked.
-	AckedBy *string `json:"acked_by,omitempty"`
+	AckedBy *string `json:"acked_by"`
 
 	// Committables Opaque JSON values (transaction ids, temp file paths, offsets), stored and returned
 	// exactly as sent: same values, same order.

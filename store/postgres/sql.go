@@ -462,3 +462,11 @@ const deleteExpiredSQL = `
 	v AS (UPDATE jobs SET version = version + 1 WHERE name = $1 AND EXISTS (SELECT 1 FROM del))
 	SELECT (SELECT got FROM g), EXISTS (SELECT 1 FROM j), (SELECT count(*) FROM del),
 		EXISTS (SELECT 1 FROM jobs WHERE name = $1 AND NOT deleted AND retention_ms > 0)`
+
+// hasExpiredSQL tells, without a lock, whether job $1 has a final checkpoint that completed
+// before its retention (the first row of the index deleteExpiredSQL reads): most of the time
+// a job has none, and then its row is not locked at all.
+const hasExpiredSQL = `SELECT EXISTS (
+	SELECT 1 FROM checkpoints c, jobs j
+	WHERE j.name = $1 AND NOT j.deleted AND j.retention_ms > 0 AND c.job = $1 AND c.status IN ('committed', 'aborted')
+	  AND c.completed_at < now() - j.retention_ms * interval '1 millisecond')`

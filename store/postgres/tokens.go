@@ -210,6 +210,13 @@ func (s *Store) Stats(ctx context.Context) (*coordinator.Stats, error) {
 
 // DeleteExpired implements coordinator.Store.
 func (s *Store) DeleteExpired(ctx context.Context, job string, limit int) (int, bool, error) {
+	var expired bool
+	if err := s.pool.QueryRow(ctx, hasExpiredSQL, job).Scan(&expired); err != nil {
+		return 0, false, translate(fmt.Errorf("look for expired checkpoints of %s: %w", job, err))
+	}
+	if !expired {
+		return 0, false, nil
+	}
 	var got, locked, retains bool
 	var deleted int
 	err := s.pool.QueryRow(ctx, deleteExpiredSQL, job, limit, retentionLockKey).Scan(&got, &locked, &deleted, &retains)

@@ -263,6 +263,11 @@ func checkpointAnswer(cp *coordinator.Checkpoint, prefer *string, participant st
 	if prefer == nil || !prefersMinimal(*prefer) {
 		return ok(checkpointBody(cp))
 	}
+	return jsonResponse{status: http.StatusOK, body: minimalBody(cp, participant), minimal: true}
+}
+
+// minimalBody is cp's view with only participant's entry and the counts of votes and acks.
+func minimalBody(cp *coordinator.Checkpoint, participant string) Checkpoint {
 	var votes VoteCounts
 	var acks AckCounts
 	var own []coordinator.ParticipantState
@@ -288,7 +293,7 @@ func checkpointAnswer(cp *coordinator.Checkpoint, prefer *string, participant st
 	view.Participants = own
 	body := checkpointBody(&view)
 	body.Votes, body.Acks = &votes, &acks
-	return jsonResponse{status: http.StatusOK, body: body, minimal: true}
+	return body
 }
 
 // prefersMinimal reports whether a Prefer header's preferences include return=minimal.

@@ -57,6 +57,17 @@ func testMinimalAnswers(t *testing.T) {
 	if len(cp.Participants) != 0 || cp.Votes == nil {
 		t.Fatalf("minimal read without a participant: %+v", cp.Participants)
 	}
+	// A refusal carries the checkpoint as minimal as the answer would have been.
+	r := b.json(t, "PUT", "/v1/jobs/j/checkpoints/1/votes/a", `{"epoch":1,"vote":"abort"}`, "Prefer", "return=minimal")
+	var p Problem
+	if err := json.Unmarshal(r.body, &p); err != nil || r.status != 409 || p.Checkpoint == nil || len(p.Checkpoint.Participants) != 1 ||
+		p.Checkpoint.Participants[0].Name != "a" || p.Checkpoint.Votes == nil || r.header.Get("Preference-Applied") != "return=minimal" {
+		t.Fatalf("a conflicting vote's minimal problem: %d %s", r.status, r.body)
+	}
+	r = b.json(t, "PUT", "/v1/jobs/j/checkpoints/1/votes/a", `{"epoch":1,"vote":"abort"}`)
+	if err := json.Unmarshal(r.body, &p); err != nil || p.Checkpoint == nil || len(p.Checkpoint.Participants) != 3 {
+		t.Fatalf("a conflicting vote's full problem: %d %s", r.status, r.body)
+	}
 	// Another preference alone is ignored.
 	if a := b.call(t, "GET", "/v1/jobs/j/checkpoints/1", "", "", "Prefer", "return=representation"); a.header.Get("Preference-Applied") != "" {
 		t.Fatalf("return=representation: Preference-Applied %q", a.header.Get("Preference-Applied"))

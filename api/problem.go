@@ -8,6 +8,8 @@ import (
 	"net/http"
 	"strings"
 
+	"github.com/go-chi/chi/v5"
+
 	"github.com/twophase/coordinator/coordinator"
 )
 
@@ -434,6 +436,16 @@ func (pw *problemWriter) write(w http.ResponseWriter, r *http.Request, err error
 		err = unauthenticatedError("the token was revoked while the request waited")
 	}
 	p := problemFor(err)
+	if e := (*coordinator.Error)(nil); p.body.Checkpoint != nil && prefersMinimal(r.Header.Get("Prefer")) && errors.As(err, &e) && e.Checkpoint != nil {
+		// The checkpoint a refusal carries is as minimal as the answer would have been.
+		participant := chi.URLParam(r, "participant")
+		if participant == "" {
+			participant = r.URL.Query().Get("participant")
+		}
+		cp := minimalBody(e.Checkpoint, participant)
+		p.body.Checkpoint = &cp
+		w.Header().Set("Preference-Applied", "return=minimal")
+	}
 	id := RequestID(r.Context())
 	if id != "" {
 		p.body.RequestId = &id

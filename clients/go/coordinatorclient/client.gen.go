@@ -717,7 +717,8 @@ type GetCheckpointParams struct {
 	// (the voter's, the acker's, or the `participant` query parameter's) and the counts
 	// `votes` and `acks`, instead of every participant with its committables: what a
 	// participant needs, in a size that does not grow with the participants. The answer
-	// then carries `Preference-Applied: return=minimal`. Other preferences are ignored.
+	// then carries `Preference-Applied: return=minimal`; so does a refusal, whose
+	// `checkpoint` member is then as minimal. Other preferences are ignored.
 	Prefer *PreferMinimal `json:"Prefer,omitempty"`
 }
 
@@ -727,7 +728,8 @@ type PutAckParams struct {
 	// (the voter's, the acker's, or the `participant` query parameter's) and the counts
 	// `votes` and `acks`, instead of every participant with its committables: what a
 	// participant needs, in a size that does not grow with the participants. The answer
-	// then carries `Preference-Applied: return=minimal`. Other preferences are ignored.
+	// then carries `Preference-Applied: return=minimal`; so does a refusal, whose
+	// `checkpoint` member is then as minimal. Other preferences are ignored.
 	Prefer *PreferMinimal `json:"Prefer,omitempty"`
 }
 
@@ -737,7 +739,8 @@ type PutVoteParams struct {
 	// (the voter's, the acker's, or the `participant` query parameter's) and the counts
 	// `votes` and `acks`, instead of every participant with its committables: what a
 	// participant needs, in a size that does not grow with the participants. The answer
-	// then carries `Preference-Applied: return=minimal`. Other preferences are ignored.
+	// then carries `Preference-Applied: return=minimal`; so does a refusal, whose
+	// `checkpoint` member is then as minimal. Other preferences are ignored.
 	Prefer *PreferMinimal `json:"Prefer,omitempty"`
 }
 

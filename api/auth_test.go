@@ -312,6 +312,11 @@ func testUnauthenticated(t *testing.T) {
 	valid := b.token(t, "sink-a", "orders", "sink-a", coordinator.ScopeParticipant)
 	before := b.snapshot(t)
 	forged := coordinator.NewTokenSecret() // well formed, never stored
+	// The valid token with its last character changed (to another one).
+	mangled := valid[:len(valid)-1] + "x"
+	if valid[len(valid)-1] == 'x' {
+		mangled = valid[:len(valid)-1] + "y"
+	}
 	for _, c := range []struct {
 		name, authorization string
 	}{
@@ -320,7 +325,7 @@ func testUnauthenticated(t *testing.T) {
 		{"no token", "Bearer "},
 		{"two tokens", "Bearer " + valid + " " + valid},
 		{"a token never created", "Bearer " + forged},
-		{"a mangled token", "Bearer " + valid[:len(valid)-1] + "x"},
+		{"a mangled token", "Bearer " + mangled},
 		{"the admin token's prefix", "Bearer " + testAdminToken[:20]},
 		{"a huge token", "Bearer " + strings.Repeat("a", 10000)},
 	} {

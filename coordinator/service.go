@@ -430,7 +430,8 @@ func (s *Service) Vote(ctx context.Context, job string, id int64, participant st
 		recorded = len(st.Mutation.Votes) > n
 		return err
 	})
-	if r := voteResult(err, recorded); r != "" {
+	// recorded is read only after a committed answer (see update).
+	if r := voteResult(err, err == nil && recorded); r != "" {
 		s.observer.Voted(job, v.Kind, r)
 	}
 	return cp, err
@@ -550,7 +551,7 @@ func (s *Service) Ack(ctx context.Context, job string, id int64, participant str
 		recorded = len(st.Mutation.Acks) > n
 		return err
 	})
-	if r := ackResult(err, recorded); r != "" {
+	if r := ackResult(err, err == nil && recorded); r != "" {
 		s.observer.Acked(job, r)
 	}
 	return cp, err
@@ -605,7 +606,9 @@ func (s *Service) update(ctx context.Context, job string, checkpoint int64, deci
 		}
 		return decideErr
 	})
-	if last != nil && (err == nil || IsRejection(err)) && !last.Mutation.Empty() {
+	// last is read only once the store answered that fn's last run committed: after a
+	// failure (a timeout, say) the store may still be running fn on its own goroutine.
+	if (err == nil || IsRejection(err)) && last != nil && !last.Mutation.Empty() {
 		s.observer.Changed(job, last.Now, &last.Mutation)
 	}
 	return err

@@ -316,6 +316,10 @@ func (s *Service) Prepare(ctx context.Context, job string, req PrepareRequest) (
 	if err := ValidatePrepare(job, req); err != nil {
 		return nil, false, err
 	}
+	// The closure's results are its own: after a failure (a timeout) the store may still be
+	// running it on its own goroutine, so they are read only after a committed answer.
+	var got *Checkpoint
+	var replay bool
 	err = s.update(ctx, job, 0, func(st *JobState, tx JobTx) error {
 		var prior *IdempotencyRecord
 		if req.IdempotencyKey != "" {
@@ -327,21 +331,21 @@ func (s *Service) Prepare(ctx context.Context, job string, req PrepareRequest) (
 				prior = &rec
 			}
 		}
-		opened, replay, err := st.Prepare(req, prior)
-		if err != nil || replay == 0 {
-			cp = opened
+		opened, replayOf, err := st.Prepare(req, prior)
+		if err != nil || replayOf == 0 {
+			got, replay = opened, false
 			return err
 		}
-		replayed = true
-		if cp = st.Find(replay); cp == nil {
-			cp, err = tx.Checkpoint(ctx, replay)
+		replay = true
+		if got = st.Find(replayOf); got == nil {
+			got, err = tx.Checkpoint(ctx, replayOf)
 		}
 		return err
 	})
 	if err != nil {
 		return nil, false, jobError(job, err)
 	}
-	return cp, replayed, nil
+	return got, replay, nil
 }
 
 // GetCheckpoint returns a checkpoint. With wait > 0 and the checkpoint preparing, it first

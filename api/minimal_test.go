@@ -68,6 +68,13 @@ func testMinimalAnswers(t *testing.T) {
 	if err := json.Unmarshal(r.body, &p); err != nil || p.Checkpoint == nil || len(p.Checkpoint.Participants) != 3 {
 		t.Fatalf("a conflicting vote's full problem: %d %s", r.status, r.body)
 	}
+	// An abort vote is counted as one, and an aborted checkpoint owes acks only of prepared votes.
+	b.call(t, "POST", "/v1/jobs/j/checkpoints", "", "").ok(t, 201, nil)
+	b.json(t, "PUT", "/v1/jobs/j/checkpoints/2/votes/b", `{"epoch":1,"vote":"prepared"}`).ok(t, 200, nil)
+	cp = minimal(b.json(t, "PUT", "/v1/jobs/j/checkpoints/2/votes/a", `{"epoch":1,"vote":"abort","reason":"no"}`, "Prefer", "return=minimal"))
+	if cp.Status != Aborted || *cp.Votes != (VoteCounts{Prepared: 1, Abort: 1, Missing: 1}) || *cp.Acks != (AckCounts{Missing: 1}) {
+		t.Fatalf("the abort vote's minimal answer: %s, votes %+v, acks %+v; want 1 prepared, 1 abort, 1 missing; b's ack owed", cp.Status, cp.Votes, cp.Acks)
+	}
 	// Another preference alone is ignored.
 	if a := b.call(t, "GET", "/v1/jobs/j/checkpoints/1", "", "", "Prefer", "return=representation"); a.header.Get("Preference-Applied") != "" {
 		t.Fatalf("return=representation: Preference-Applied %q", a.header.Get("Preference-Applied"))

@@ -17,9 +17,6 @@ import (
 	"go.yaml.in/yaml/v3"
 
 	"github.com/twophase/coordinator/coordinator"
-	"github.com/twophase/coordinator/store/pgtest"
-	"github.com/twophase/coordinator/store/postgres"
-	"github.com/twophase/coordinator/store/sqlite"
 )
 
 // These tests run the API with authentication on, on both stores, and send every route
@@ -40,21 +37,10 @@ type authBundle struct {
 
 func setupAuth(t *testing.T) *authBundle {
 	t.Helper()
-	ctx := context.Background()
-	var store coordinator.Store
-	var err error
-	if strings.Contains(t.Name(), "/embedded") {
-		store, err = sqlite.Open(ctx, t.TempDir(), sqlite.Options{Migrate: true})
-	} else {
-		store, err = postgres.Open(ctx, pgtest.URL(t), postgres.Options{})
-	}
-	if err != nil {
-		t.Fatalf("open store: %v", err)
-	}
-	t.Cleanup(store.Close)
+	store := testStore(t)
 	ts := store.(coordinator.TokenStore)
 	auth := coordinator.NewAuthenticator(ts, testAdminToken, nil)
-	if err := auth.Refresh(ctx); err != nil {
+	if err := auth.Refresh(context.Background()); err != nil {
 		t.Fatal(err)
 	}
 	svc := coordinator.NewService(store, nil)

@@ -1,7 +1,6 @@
 package api
 
 import (
-	"context"
 	"encoding/json"
 	"fmt"
 	"log/slog"
@@ -12,9 +11,6 @@ import (
 	"time"
 
 	"github.com/twophase/coordinator/coordinator"
-	"github.com/twophase/coordinator/store/pgtest"
-	"github.com/twophase/coordinator/store/postgres"
-	"github.com/twophase/coordinator/store/sqlite"
 )
 
 func TestCheckpointBytesBound(t *testing.T) { onEachStore(t, testCheckpointBytesBound) }
@@ -22,18 +18,7 @@ func TestCheckpointBytesBound(t *testing.T) { onEachStore(t, testCheckpointBytes
 // A checkpoint holds at most its bound of committables, all participants' together: the
 // vote that would pass it gets 413 and is not recorded; a smaller one still counts.
 func testCheckpointBytesBound(t *testing.T) {
-	ctx := context.Background()
-	var store coordinator.Store
-	var err error
-	if strings.Contains(t.Name(), "/embedded") {
-		store, err = sqlite.Open(ctx, t.TempDir(), sqlite.Options{Migrate: true})
-	} else {
-		store, err = postgres.Open(ctx, pgtest.URL(t), postgres.Options{})
-	}
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(store.Close)
+	store := testStore(t)
 	svc := coordinator.NewService(store, nil, coordinator.WithMaxCheckpointBytes(1000))
 	srv := httptest.NewServer(NewHandler(svc, Options{Logger: slog.New(slog.DiscardHandler), RequestTimeout: time.Minute}))
 	t.Cleanup(srv.Close)

@@ -60,20 +60,27 @@ func TestIdempotentWrites(t *testing.T)        { onEachStore(t, testIdempotentWr
 func TestRequestIDEchoed(t *testing.T)         { onEachStore(t, testRequestIDEchoed) }
 func TestUnavailable(t *testing.T)             { onEachStore(t, testUnavailable) }
 
-func setup(t *testing.T) *bundle {
+// testStore opens the store the test's name says (".../embedded" or ".../postgres"), closed
+// when the test ends.
+func testStore(t *testing.T) coordinator.Store {
 	t.Helper()
-	ctx := context.Background()
 	var store coordinator.Store
 	var err error
 	if strings.Contains(t.Name(), "/embedded") {
-		store, err = sqlite.Open(ctx, t.TempDir(), sqlite.Options{Migrate: true})
+		store, err = sqlite.Open(context.Background(), t.TempDir(), sqlite.Options{Migrate: true})
 	} else {
-		store, err = postgres.Open(ctx, pgtest.URL(t), postgres.Options{})
+		store, err = postgres.Open(context.Background(), pgtest.URL(t), postgres.Options{})
 	}
 	if err != nil {
 		t.Fatalf("open store: %v", err)
 	}
 	t.Cleanup(store.Close)
+	return store
+}
+
+func setup(t *testing.T) *bundle {
+	t.Helper()
+	store := testStore(t)
 	svc := coordinator.NewService(store, nil)
 	srv := httptest.NewServer(NewHandler(svc, Options{Logger: slog.New(slog.DiscardHandler), RequestTimeout: time.Minute}))
 	t.Cleanup(srv.Close)

@@ -14,9 +14,6 @@ import (
 
 	"github.com/twophase/coordinator/clients/go/coordinatorclient"
 	"github.com/twophase/coordinator/coordinator"
-	"github.com/twophase/coordinator/store/pgtest"
-	"github.com/twophase/coordinator/store/postgres"
-	"github.com/twophase/coordinator/store/sqlite"
 )
 
 // testHosts are the hosts of the requests that tests build in-process and hand to a
@@ -30,18 +27,7 @@ func TestLongPollsBounded(t *testing.T) { onEachStore(t, testLongPollsBounded) }
 // setupWith is setup with opts: the real service on the store the test's name says.
 func setupWith(t *testing.T, opts Options) *bundle {
 	t.Helper()
-	ctx := context.Background()
-	var store coordinator.Store
-	var err error
-	if strings.Contains(t.Name(), "/embedded") {
-		store, err = sqlite.Open(ctx, t.TempDir(), sqlite.Options{Migrate: true})
-	} else {
-		store, err = postgres.Open(ctx, pgtest.URL(t), postgres.Options{})
-	}
-	if err != nil {
-		t.Fatalf("open store: %v", err)
-	}
-	t.Cleanup(store.Close)
+	store := testStore(t)
 	if opts.Logger == nil {
 		opts.Logger = slog.New(slog.DiscardHandler)
 	}

@@ -181,7 +181,7 @@ func authorize(r *http.Request) error {
 	if method == http.MethodHead {
 		method = http.MethodGet
 	}
-	route := method + " " + chi.RouteContext(r.Context()).RoutePattern()
+	route := method + " " + routePattern(r)
 	need, known := routeAccess[route]
 	if !known {
 		return forbidden("no token may call %s", route)

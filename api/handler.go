@@ -246,6 +246,7 @@ func accessLog(logger *slog.Logger, m *metrics.Metrics) func(http.Handler) http.
 				attrs := []slog.Attr{
 					slog.String("method", r.Method),
 					slog.String("path", r.URL.Path),
+					slog.String("proto", r.Proto),
 					slog.Int("status", status),
 					slog.Float64("duration_ms", float64(time.Since(start).Microseconds())/1000),
 					slog.String("request_id", RequestID(r.Context())),

@@ -51,6 +51,7 @@ type config struct {
 	readHeaderTimeout time.Duration
 	maxHeaderBytes    int
 	maxWaiters        int
+	http2             bool
 	allowedOrigins    string // comma-separated
 	allowedHosts      string // comma-separated
 }
@@ -149,6 +150,10 @@ func define(command string, cfg *config) *cli.Settings {
 		fs.IntVar(&cfg.maxWaiters, "max-waiters", defaultMaxWaiters,
 			"how many long-polls (`number`) may be held at once; past it they get 503 unavailable with Retry-After (0: no bound)")
 		s.Twin("max-waiters", "COORDINATOR_MAX_WAITERS")
+		fs.BoolVar(&cfg.http2, "http2", true,
+			"serve HTTP/2 besides HTTP/1.1: negotiated over TLS, with prior knowledge (h2c) over plain HTTP. "+
+				"Many requests (a fleet's long-polls) then share a few connections; false: HTTP/1.1 only")
+		s.Twin("http2", "COORDINATOR_HTTP2")
 		fs.StringVar(&cfg.allowedOrigins, "allowed-origins", "",
 			"comma-separated `origins` (https://host[:port]) of web pages that may call the API; requests from other pages "+
 				"(an Origin header, or Sec-Fetch-Site: cross-site) get 403. Empty: none; null never")

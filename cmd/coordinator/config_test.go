@@ -51,6 +51,7 @@ func TestDefaults(t *testing.T) {
 		readHeaderTimeout: 10 * time.Second,
 		maxHeaderBytes:    64 << 10,
 		maxWaiters:        10000,
+		http2:             true,
 	}
 	if cfg != want {
 		t.Errorf("defaults\n got %+v\nwant %+v", cfg, want)

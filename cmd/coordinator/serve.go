@@ -126,6 +126,8 @@ func serve(ctx context.Context, cfg config, logger *slog.Logger) error {
 		WriteTimeout:   longestRequest(cfg),
 		IdleTimeout:    idleTimeout,
 		MaxHeaderBytes: cfg.maxHeaderBytes,
+		Protocols:      cfg.protocols(),
+		HTTP2:          &http.HTTP2Config{MaxConcurrentStreams: maxConcurrentStreams},
 		ErrorLog:       slog.NewLogLogger(logger.Handler(), slog.LevelWarn),
 	}
 	served := make(chan error, 1)

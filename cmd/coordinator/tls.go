@@ -27,6 +27,8 @@ const tlsPollInterval = time.Second
 type serverTLS struct {
 	certFile, keyFile, clientCAFile string
 	logger                          *slog.Logger
+	// nextProtos are the protocols offered by ALPN, most preferred first.
+	nextProtos []string
 
 	cert      atomic.Pointer[tls.Certificate]
 	forClient atomic.Pointer[tls.Config] // with the client CAs loaded last; nil without --tls-client-ca-file
@@ -42,7 +44,11 @@ func startTLS(cfg config, logger *slog.Logger) (*tls.Config, func(), error) {
 	if cfg.tlsCertFile == "" {
 		return nil, func() {}, nil
 	}
-	s := &serverTLS{certFile: cfg.tlsCertFile, keyFile: cfg.tlsKeyFile, clientCAFile: cfg.tlsClientCAFile, logger: logger}
+	s := &serverTLS{certFile: cfg.tlsCertFile, keyFile: cfg.tlsKeyFile, clientCAFile: cfg.tlsClientCAFile, logger: logger,
+		nextProtos: []string{"http/1.1"}}
+	if cfg.http2 {
+		s.nextProtos = []string{"h2", "http/1.1"}
+	}
 	s.pair.paths = []string{s.certFile, s.keyFile}
 	stamp := s.pair.stamp()
 	cert, err := loadKeyPair(s.certFile, s.keyFile, time.Now())
@@ -94,12 +100,13 @@ func startTLS(cfg config, logger *slog.Logger) (*tls.Config, func(), error) {
 }
 
 // config is the listener's configuration with the client CAs pool (nil: none asked for).
-// HTTP/1.1 only, as over plain HTTP: the server's timeouts and its cancelling of a
-// request's context are those of HTTP/1.1.
+// It offers HTTP/2 by ALPN when the server speaks it (cfg.protocols); net/http applies the
+// same timeouts to each HTTP/2 stream as to an HTTP/1.1 request, and cancels a request's
+// context when its stream is reset or its connection lost.
 func (s *serverTLS) config(pool *x509.CertPool) *tls.Config {
 	c := &tls.Config{
 		MinVersion:     tls.VersionTLS12,
-		NextProtos:     []string{"http/1.1"},
+		NextProtos:     s.nextProtos,
 		GetCertificate: func(*tls.ClientHelloInfo) (*tls.Certificate, error) { return s.cert.Load(), nil },
 	}
 	if pool != nil {

@@ -3,6 +3,7 @@ package main
 import (
 	"fmt"
 	"net"
+	"net/http"
 	"strings"
 	"time"
 
@@ -20,11 +21,31 @@ const (
 	maxMaxHeaderBytes = 16 << 20
 	// defaultMaxWaiters bounds the long-polls held at once. A participant holds at most
 	// one at a time, so it is the size of the fleet one process can keep waiting. Each
-	// costs a connection (a file descriptor) and about 40 KiB of resident memory (a
-	// goroutine, its buffers, its waiter; 5000 held took 200 MiB), about 400 MiB at the
-	// bound. A larger fleet spreads over several processes, or raises it.
+	// costs about 50 KiB of resident memory over HTTP/1.1 (a connection with its buffers
+	// and reading goroutine, the handler's goroutine, its waiter; 4,000 held took 225 MiB)
+	// and 40 KiB over HTTP/2 (180 MiB), 400-500 MiB at the bound. A larger fleet spreads
+	// over several processes, or raises it.
 	defaultMaxWaiters = 10000
 )
+
+// maxConcurrentStreams bounds the requests in flight on one HTTP/2 connection. A client
+// with more (a process running many participants, each holding a long-poll) opens more
+// connections: Go's transport does so by itself.
+const maxConcurrentStreams = 1000
+
+// protocols is what the server speaks: HTTP/1.1, and HTTP/2 unless --http2=false. Over
+// plain HTTP, HTTP/2 is prior knowledge (h2c: the client starts with HTTP/2's preface);
+// there is no Upgrade from HTTP/1.1, which no client needs. Over TLS it is negotiated by
+// ALPN (serverTLS.config offers h2 when this does).
+func (cfg *config) protocols() *http.Protocols {
+	p := new(http.Protocols)
+	p.SetHTTP1(true)
+	if cfg.http2 {
+		p.SetHTTP2(true)
+		p.SetUnencryptedHTTP2(true)
+	}
+	return p
+}
 
 // splitList splits a comma-separated setting, dropping blanks around items and empty
 // items.

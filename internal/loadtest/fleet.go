@@ -46,6 +46,7 @@ type fleetConfig struct {
 	postgres          bool
 	json              bool
 	jobPrefix         string
+	http2             bool
 }
 
 // Bounds of the fleet settings: the traffic it sends is bounded in count and time.
@@ -94,6 +95,9 @@ func defineFleet(cfg *fleetConfig) *cli.Settings {
 	fs.BoolVar(&cfg.postgres, "postgres", true, "measure the CPU of every process named postgres over the window (the whole server, "+
 		"whatever database it serves)")
 	flagOnly("postgres")
+	fs.BoolVar(&cfg.http2, "http2", false, "speak HTTP/2 to an http:// coordinator (h2c with prior knowledge, "+
+		"coordinatorclient.Options.UnencryptedHTTP2): the runners' requests share a few connections instead of one each")
+	flagOnly("http2")
 	fs.BoolVar(&cfg.json, "json", false, "print the report as one JSON object on stdout (the text report goes to stderr)")
 	flagOnly("json")
 	fs.StringVar(&cfg.jobPrefix, "job-prefix", "", "jobs are named `prefix`-0, prefix-1, ... (default fleet-<random>)")
@@ -483,7 +487,7 @@ func runFleet(ctx context.Context, cfg fleetConfig, progress io.Writer) (*fleetR
 	runners := cfg.jobs * cfg.participants
 	// Each idle Runner holds a long-poll; one voting also watches the decision; each
 	// trigger opens checkpoints: keep all of those connections for reuse.
-	tr := newCountingTransport(2*runners + cfg.jobs + 64)
+	tr := newCountingTransport(2*runners+cfg.jobs+64, cfg.http2)
 	defer tr.base.CloseIdleConnections()
 	coord, err := cc.NewCoordinator(cfg.url, cc.Options{HTTPClient: &http.Client{Transport: tr}, Token: cfg.token})
 	if err != nil {

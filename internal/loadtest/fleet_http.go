@@ -89,7 +89,7 @@ type countingTransport struct {
 
 // newCountingTransport returns a transport for conns simultaneous connections to one
 // host: each participant's Runner holds one long-poll open while idle.
-func newCountingTransport(conns int) *countingTransport {
+func newCountingTransport(conns int, h2c bool) *countingTransport {
 	t := &countingTransport{statuses: map[string]int64{}, examples: map[string]string{}}
 	dialer := &net.Dialer{Timeout: 5 * time.Second, KeepAlive: 30 * time.Second}
 	t.base = &http.Transport{
@@ -102,6 +102,11 @@ func newCountingTransport(conns int) *countingTransport {
 		IdleConnTimeout:     90 * time.Second,
 		TLSHandshakeTimeout: 10 * time.Second,
 		ForceAttemptHTTP2:   false,
+	}
+	if h2c {
+		// As coordinatorclient.Options.UnencryptedHTTP2 does.
+		t.base.Protocols = new(http.Protocols)
+		t.base.Protocols.SetUnencryptedHTTP2(true)
 	}
 	return t
 }

@@ -43,6 +43,14 @@ type Options struct {
 	MaxAttempts int
 	// Logger receives a debug line per retried attempt. nil means no logging.
 	Logger *slog.Logger
+	// UnencryptedHTTP2 makes the client NewCoordinator makes speak HTTP/2 to an http://
+	// coordinator from the first byte (h2c with prior knowledge) instead of HTTP/1.1. All
+	// of the Coordinator's requests, a Runner's long-polls included, then share a few
+	// connections, and each waiting participant costs the coordinator a fraction of the
+	// memory of a connection of its own. The coordinator serves it unless started with
+	// --http2=false; a proxy in between must speak it too. Over https:// HTTP/2 is
+	// negotiated whenever the coordinator offers it, whatever this says.
+	UnencryptedHTTP2 bool
 	// FullAnswers makes Vote and Ack return every participant's entry, as curl sees it;
 	// by default they ask for the minimal answer (Prefer: return=minimal), whose size does
 	// not grow with the participants.
@@ -90,10 +98,15 @@ func NewCoordinator(baseURL string, opts Options) (*Coordinator, error) {
 		if opts.RootCAs != nil || len(opts.Certificates) > 0 {
 			transport.TLSClientConfig = &tls.Config{MinVersion: tls.VersionTLS12, RootCAs: opts.RootCAs, Certificates: opts.Certificates}
 		}
+		if opts.UnencryptedHTTP2 && strings.HasPrefix(strings.ToLower(baseURL), "http://") {
+			// Without HTTP/1 in the set, http:// requests go over HTTP/2 (net/http's rule).
+			transport.Protocols = new(http.Protocols)
+			transport.Protocols.SetUnencryptedHTTP2(true)
+		}
 		opts.HTTPClient = &http.Client{Transport: transport}
-	} else if opts.RootCAs != nil || len(opts.Certificates) > 0 {
-		return nil, fmt.Errorf("coordinator client for %q: Options.RootCAs and Options.Certificates configure the client NewCoordinator makes: "+
-			"with an Options.HTTPClient, configure its transport's TLS instead", baseURL)
+	} else if opts.RootCAs != nil || len(opts.Certificates) > 0 || opts.UnencryptedHTTP2 {
+		return nil, fmt.Errorf("coordinator client for %q: Options.RootCAs, Options.Certificates and Options.UnencryptedHTTP2 configure the client NewCoordinator makes: "+
+			"with an Options.HTTPClient, configure its transport instead", baseURL)
 	}
 	if opts.RequestTimeout <= 0 {
 		opts.RequestTimeout = 10 * time.Second

@@ -352,7 +352,7 @@ func problemFor(err error) problem {
 	case errors.Is(err, context.Canceled):
 		// The client went away; nobody reads this answer, but it must still be one.
 		p := newProblem(codeUnavailable, "the request was canceled")
-		p.logLevel, p.logMsg = slog.LevelInfo, "request canceled"
+		p.logLevel, p.logMsg = slog.LevelDebug, "request canceled"
 		return p
 	}
 	p := newProblem(codeInternal, "an internal error occurred; the request_id names it in the server's log")
@@ -449,6 +449,11 @@ func (pw *problemWriter) write(w http.ResponseWriter, r *http.Request, err error
 	id := RequestID(r.Context())
 	if id != "" {
 		p.body.RequestId = &id
+	}
+	if p.logMsg != "" && p.logLevel > slog.LevelDebug && errors.Is(context.Cause(r.Context()), context.Canceled) {
+		// The client went away (a trigger or participant stopping mid-request): nobody
+		// reads this answer, and nothing is wrong with the service.
+		p.logLevel, p.logMsg = slog.LevelDebug, "request canceled"
 	}
 	if p.logMsg != "" {
 		pw.logger.Log(r.Context(), p.logLevel, p.logMsg,

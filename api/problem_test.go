@@ -223,3 +223,42 @@ func TestTraceparentLogged(t *testing.T) {
 		}
 	}
 }
+
+// unavailableServer answers every prepare as the service does when the store gave up on
+// the request.
+type unavailableServer struct{ stubServer }
+
+func (unavailableServer) PrepareCheckpoint(ctx context.Context, _ PrepareCheckpointRequestObject) (PrepareCheckpointResponseObject, error) {
+	return nil, &coordinator.Error{Code: coordinator.CodeUnavailable, Message: "the request timed out before it was applied, and nothing of it was: retry it"}
+}
+
+// A 503 is a warning in the log, unless its client had gone away: a trigger or a
+// participant stopping mid-request is nothing an operator must look at.
+func TestUnavailableOfAGoneClientIsNotAWarning(t *testing.T) {
+	t.Parallel()
+	for _, gone := range []bool{false, true} {
+		var logs bytes.Buffer
+		h := newHandler(unavailableServer{}, Options{MaxBodyBytes: 256, AllowedHosts: testHosts,
+			Logger: slog.New(slog.NewJSONHandler(&logs, &slog.HandlerOptions{Level: slog.LevelDebug}))})
+		ctx, cancel := context.WithCancel(context.Background())
+		if gone {
+			cancel()
+		}
+		r := httptest.NewRequestWithContext(ctx, "POST", "/v1/jobs/j/checkpoints", strings.NewReader(`{}`))
+		r.Header.Set("Content-Type", "application/json")
+		w := httptest.NewRecorder()
+		h.ServeHTTP(w, r)
+		cancel()
+		if w.Code != http.StatusServiceUnavailable {
+			t.Fatalf("gone %v: status %d, want 503: %s", gone, w.Code, w.Body.String())
+		}
+		warnings := strings.Count(logs.String(), `"level":"WARN"`)
+		debug := strings.Count(logs.String(), `"msg":"request canceled"`)
+		switch {
+		case gone && (warnings != 0 || debug != 1):
+			t.Errorf("client gone: %d warnings and %d \"request canceled\" debug lines, want 0 and 1; log:\n%s", warnings, debug, logs.String())
+		case !gone && warnings != 1:
+			t.Errorf("client there: %d warnings, want 1 (unavailable); log:\n%s", warnings, logs.String())
+		}
+	}
+}

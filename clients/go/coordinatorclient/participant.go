@@ -64,9 +64,10 @@ type RunnerOptions struct {
 	// PollInterval is how long the runner waits before it asks again when a long-poll for a
 	// decision failed (the coordinator unreachable, say). 0 means 100ms.
 	PollInterval time.Duration
-	// LongPoll is how long one long-poll may wait: for a decision, and, while nothing is
-	// owed, on pending (that is how the runner learns of new checkpoints: it costs one
-	// request per LongPoll while idle). 0 means a minute, the most the coordinator waits.
+	// LongPoll is how long one long-poll on pending may wait while nothing is owed: that
+	// is how the runner learns of new checkpoints and of the decisions on those it voted
+	// on, and it costs one request per LongPoll while idle. 0 means a minute, the most the
+	// coordinator waits.
 	LongPoll time.Duration
 	// MinBackoff and MaxBackoff bound the backoff between retries of a failing Commit or
 	// Abort. 0 means 100ms and 5s.
@@ -149,17 +150,20 @@ func (r *Runner[C]) Run(ctx context.Context) error {
 		}
 	}
 	for first := true; ; first = false {
-		if err := r.serve(ctx, items, first); err != nil {
-			return err
-		}
-		idle, err := r.wait(ctx)
+		blocked, err := r.serve(ctx, items, first)
 		if err != nil {
 			return err
 		}
-		// Nothing in doubt: the coordinator holds the request until something is owed.
-		var wait time.Duration
-		if idle {
-			wait = r.opts.LongPoll
+		// What is owed next comes by one long-poll on pending: a new checkpoint to vote on,
+		// or the decision on one this instance voted on (its commit or abort becomes owed).
+		// Only a commit held back behind a lower undecided checkpoint needs that lower one's
+		// decision first: pending would answer at once with the same commit again.
+		wait := r.opts.LongPoll
+		if blocked {
+			if err := r.waitLowest(ctx); err != nil {
+				return err
+			}
+			wait = 0
 		}
 		pending, err := r.coord.Pending(ctx, r.job, r.name, wait)
 		if err != nil {
@@ -177,59 +181,55 @@ func (r *Runner[C]) Run(ctx context.Context) error {
 // serve works through owed items, oldest first. Vote items in the registration's list
 // (first) belong to transactions that died with the previous instance: they are voted
 // abort. The coordinator aborts those at registration already, so normally there are none.
-func (r *Runner[C]) serve(ctx context.Context, items []Item[C], first bool) error {
+// It reports blocked when it left a commit owed because a lower checkpoint is in doubt.
+func (r *Runner[C]) serve(ctx context.Context, items []Item[C], first bool) (blocked bool, err error) {
 	slices.SortStableFunc(items, func(a, b Item[C]) int { return cmpInt64(a.Checkpoint, b.Checkpoint) })
 	for _, it := range items {
 		switch it.Action {
 		case PendingActionCommit:
 			if low, ok := r.lowestInDoubt(); ok && low < it.Checkpoint {
 				// A lower checkpoint is undecided: commits keep checkpoint order.
-				return nil
+				return true, nil
 			}
 			if err := r.finish(ctx, it.Checkpoint, true, it.Committables); err != nil {
-				return err
+				return false, err
 			}
 		case PendingActionAbort:
 			if err := r.finish(ctx, it.Checkpoint, false, it.Committables); err != nil {
-				return err
+				return false, err
 			}
 		case PendingActionVote:
 			if first {
 				if err := r.voteAbort(ctx, it.Checkpoint, "participant restarted: its transaction died with the previous instance"); err != nil {
-					return err
+					return false, err
 				}
 				continue
 			}
 			if err := r.prepareAndVote(ctx, it.Checkpoint); err != nil {
-				return err
+				return false, err
 			}
 		default:
 			r.log.Warn("unknown pending action, ignored", "checkpoint", it.Checkpoint, "action", it.Action)
 		}
 	}
-	return nil
+	return false, nil
 }
 
-// wait blocks until there may be something new to do: a decision on the lowest
-// checkpoint in doubt (long-poll). With none in doubt it returns at once, idle true: the
-// long-poll on pending then waits for what comes next.
-func (r *Runner[C]) wait(ctx context.Context) (idle bool, err error) {
+// waitLowest blocks until the lowest checkpoint in doubt is decided, or one long-poll
+// ends: a commit above it waits for its decision (commits keep checkpoint order).
+func (r *Runner[C]) waitLowest(ctx context.Context) error {
 	low, ok := r.lowestInDoubt()
 	if !ok {
-		return true, nil
+		return nil
 	}
-	_, err = r.coord.decision(ctx, r.job, low, r.name, r.opts.LongPoll)
+	_, err := r.coord.decision(ctx, r.job, low, r.name, r.opts.LongPoll)
 	if errors.Is(err, ErrNotFound) {
 		delete(r.inDoubt, low) // the job was deleted and created again: nothing owed
-		return false, nil
+		return nil
 	}
-	if err != nil {
-		return false, err
-	}
-	// Decided, or still undecided after the long poll: either way look at what is owed
-	// before waiting again (with max_concurrent_checkpoints > 1, new checkpoints may be
-	// waiting for a vote).
-	return false, nil
+	// Decided, or still undecided after the long poll: either way the caller looks at
+	// what is owed before waiting again.
+	return err
 }
 
 // votedPrepared reports whether cp records this instance's prepared vote.

@@ -97,6 +97,13 @@ func validateTimeout(f *fieldErrors, d time.Duration) {
 // is no bad input: it is the epoch of a participant that never registered, which the rules
 // refuse with not_registered.
 func ValidateVote(v Vote) error {
+	_, err := validateVote(v)
+	return err
+}
+
+// validateVote is ValidateVote, returning the vote with its committables compacted: one
+// pass over them, which both checks and compacts.
+func validateVote(v Vote) (Vote, error) {
 	var f fieldErrors
 	validateEpoch(&f, v.Epoch)
 	switch v.Kind {
@@ -105,9 +112,11 @@ func ValidateVote(v Vote) error {
 			f.add("reason", "only an abort vote has a reason")
 		}
 		if len(v.Committables) > 0 {
-			var values []json.RawMessage
-			if err := json.Unmarshal(v.Committables, &values); err != nil || bytes.Equal(bytes.TrimSpace(v.Committables), []byte("null")) {
+			compact, err := CompactJSON(v.Committables)
+			if err != nil || compact[0] != '[' {
 				f.add("committables", "must be a JSON array")
+			} else {
+				v.Committables = compact
 			}
 		}
 	case VoteAbort:
@@ -118,7 +127,7 @@ func ValidateVote(v Vote) error {
 		f.add("vote", "must be %q or %q", VotePrepared, VoteAbort)
 	}
 	validateReason(&f, v.Reason)
-	return f.err()
+	return v, f.err()
 }
 
 func validateEpoch(f *fieldErrors, epoch int64) {
@@ -136,17 +145,7 @@ func ValidateVoteRequest(job string, id int64, participant string, v Vote) (Vote
 	if err := ValidateName("participant", participant); err != nil {
 		return v, err
 	}
-	if err := ValidateVote(v); err != nil {
-		return v, err
-	}
-	if len(v.Committables) > 0 {
-		compact, err := CompactJSON(v.Committables)
-		if err != nil {
-			return v, &Error{Code: CodeInvalidRequest, Message: "committables are not valid JSON"}
-		}
-		v.Committables = compact
-	}
-	return v, nil
+	return validateVote(v)
 }
 
 // ValidateAck checks an ack of checkpoint id of job by participant with epoch.

@@ -60,12 +60,15 @@ func FuzzValidateVote(f *testing.F) {
 	}
 	f.Fuzz(func(t *testing.T, epoch int64, kind string, committables []byte, reason string) {
 		v := Vote{Epoch: epoch, Kind: VoteKind(kind), Committables: committables, Reason: reason}
-		err := ValidateVote(v)
+		checked, err := ValidateVoteRequest("job", 1, "p", v)
 		if err != nil {
 			if !errors.Is(err, ErrInvalidRequest) {
-				t.Fatalf("ValidateVote(%+v) = %v, not an invalid_request", v, err)
+				t.Fatalf("ValidateVoteRequest(%+v) = %v, not an invalid_request", v, err)
 			}
 			return
+		}
+		if len(committables) > 0 && ValidateVote(v) != nil {
+			t.Fatalf("ValidateVoteRequest accepted %+v, which ValidateVote refuses", v)
 		}
 		if epoch < 0 || (kind != "prepared" && kind != "abort") {
 			t.Fatalf("accepted epoch %d, vote %q", epoch, kind)
@@ -88,6 +91,9 @@ func FuzzValidateVote(f *testing.F) {
 		compact, err := CompactJSON(committables)
 		if err != nil {
 			t.Fatalf("accepted committables %q that do not compact: %v", committables, err)
+		}
+		if !bytes.Equal(checked.Committables, compact) {
+			t.Fatalf("ValidateVoteRequest returned committables %q, want their compact form %q", checked.Committables, compact)
 		}
 		var values []json.RawMessage
 		if err := json.Unmarshal(compact, &values); err != nil || !bytes.HasPrefix(compact, []byte("[")) {

@@ -282,7 +282,7 @@ func minimalBody(cp *coordinator.Checkpoint, participant string) Checkpoint {
 		}
 		if p.AckedAt != nil {
 			acks.Done++
-		} else if _, owed := coordinator.Owed(cp, p.Name); owed && cp.Status != coordinator.StatusPreparing {
+		} else if _, owed := coordinator.OwedBy(cp, &p); owed && cp.Status != coordinator.StatusPreparing {
 			acks.Missing++
 		}
 		if p.Name == participant {

@@ -483,7 +483,16 @@ func MayOwe(cp *Checkpoint, participant string) bool {
 // Owed says what participant owes on cp, if anything (rule 7).
 func Owed(cp *Checkpoint, participant string) (Action, bool) {
 	p := cp.Participant(participant)
-	if p == nil || p.AckedAt != nil {
+	if p == nil {
+		return "", false
+	}
+	return OwedBy(cp, p)
+}
+
+// OwedBy says what the participant p of cp owes on cp, if anything: Owed without looking
+// the participant up, for a caller going through them all.
+func OwedBy(cp *Checkpoint, p *ParticipantState) (Action, bool) {
+	if p.AckedAt != nil {
 		return "", false
 	}
 	switch cp.Status {
@@ -507,8 +516,8 @@ func OwesAnything(cp *Checkpoint) bool {
 	if cp.Status == StatusPreparing || cp.Status == StatusCommitting {
 		return true
 	}
-	for _, p := range cp.Participants {
-		if _, ok := Owed(cp, p.Name); ok {
+	for i := range cp.Participants {
+		if _, ok := OwedBy(cp, &cp.Participants[i]); ok {
 			return true
 		}
 	}

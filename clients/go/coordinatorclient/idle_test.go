@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -256,5 +257,108 @@ func TestIdleRunnerOnePendingPerWait(t *testing.T) {
 		}
 	default:
 		t.Error("the Runner voted without calling Prepare")
+	}
+}
+
+// TestRunnerWaitsForTheDecisionOnPending checks that a Runner whose vote did not decide
+// its checkpoint learns the decision from its long-poll on pending, the same request that
+// waits for new checkpoints: between its vote and its ack it sends one request, a
+// long-poll on pending answered with the commit item, woken by the other vote.
+func TestRunnerWaitsForTheDecisionOnPending(t *testing.T) {
+	t.Parallel()
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(cancel)
+	store, err := postgres.Open(ctx, pgtest.URL(t), postgres.Options{})
+	if err != nil {
+		t.Fatalf("open store: %v", err)
+	}
+	t.Cleanup(store.Close)
+	svc := coordinator.NewService(store, nil)
+	counter := &idleCounter{}
+	srv := httptest.NewServer(counter.wrap(api.NewHandler(svc, api.Options{Logger: slog.New(slog.DiscardHandler), RequestTimeout: time.Minute})))
+	t.Cleanup(srv.Close)
+	coord, err := cc.NewCoordinator(srv.URL, cc.Options{MinBackoff: 5 * time.Millisecond, MaxBackoff: 50 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := coord.PutJob(ctx, "decide", cc.JobConfig{Participants: []string{"a", "b"}}); err != nil {
+		t.Fatalf("put job: %v", err)
+	}
+	regB, err := coord.Register(ctx, "decide", "b")
+	if err != nil {
+		t.Fatalf("register b: %v", err)
+	}
+	p := &idleParticipant{prepared: make(chan int64, 1)}
+	r := cc.NewRunner(coord, "decide", "a", cc.Participant[string](p), cc.RunnerOptions{LongPoll: 10 * time.Second})
+	runCtx, stop := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() { done <- r.Run(runCtx) }()
+	t.Cleanup(func() {
+		stop()
+		select {
+		case <-done:
+		case <-time.After(10 * time.Second):
+			t.Error("the Runner did not stop")
+		}
+	})
+	// Open once the Runner has registered: its registration would abort a checkpoint
+	// opened before it.
+	for deadline := time.Now().Add(10 * time.Second); r.Epoch() == 0; time.Sleep(2 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("the Runner did not register within 10 s")
+		}
+	}
+	cp, err := coord.OpenCheckpoint(ctx, "decide", "", 0)
+	if err != nil {
+		t.Fatalf("open: %v", err)
+	}
+	votePath := "/v1/jobs/decide/checkpoints/" + strconv.FormatInt(cp.Id, 10) + "/votes/a"
+	ackPath := "/v1/jobs/decide/checkpoints/" + strconv.FormatInt(cp.Id, 10) + "/acks/a"
+	pendingPath := "/v1/jobs/decide/participants/a/pending"
+	find := func(method, path string, after time.Time) *idleRequest {
+		for _, req := range counter.requests() {
+			if req.method == method && req.path == path && !req.ended.IsZero() && req.started.After(after) {
+				return &req
+			}
+		}
+		return nil
+	}
+	waitFor := func(what string, f func() *idleRequest) idleRequest {
+		t.Helper()
+		for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(2 * time.Millisecond) {
+			if req := f(); req != nil {
+				return *req
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("%s: not within 10 s; requests: %+v", what, counter.requests())
+			}
+		}
+	}
+	vote := waitFor("the Runner's vote", func() *idleRequest { return find("PUT", votePath, time.Time{}) })
+	// The Runner is now in doubt; let its long-poll be held, then decide by b's vote.
+	time.Sleep(200 * time.Millisecond)
+	empty := json.RawMessage(`[]`)
+	if _, err := coord.Vote(ctx, "decide", cp.Id, "b", cc.VoteRequest{Epoch: regB.Epoch, Vote: cc.VoteKindPrepared, Committables: &empty}); err != nil {
+		t.Fatalf("vote b: %v", err)
+	}
+	ack := waitFor("the Runner's ack", func() *idleRequest { return find("PUT", ackPath, vote.ended) })
+	var between []idleRequest
+	for _, req := range counter.requests() {
+		if req.started.After(vote.ended) && req.started.Before(ack.started) && !strings.HasSuffix(req.path, "/votes/b") { // b's vote is the test's
+			between = append(between, req)
+		}
+	}
+	if len(between) != 1 || between[0].method != "GET" || between[0].path != pendingPath || !strings.Contains(between[0].query, "wait_ms=") {
+		t.Fatalf("between its vote and its ack the Runner sent %+v, want one long-poll on pending", between)
+	}
+	var answer cc.Pending
+	if err := json.Unmarshal(between[0].body, &answer); err != nil {
+		t.Fatalf("the long-poll's answer %s: %v", between[0].body, err)
+	}
+	if len(answer.Items) != 1 || answer.Items[0].Action != cc.PendingActionCommit || answer.Items[0].Checkpoint != cp.Id {
+		t.Errorf("the long-poll answered %s, want the commit of checkpoint %d", between[0].body, cp.Id)
+	}
+	if held := between[0].ended.Sub(between[0].started); held < 150*time.Millisecond {
+		t.Errorf("the long-poll answered after %s: before b voted, so not woken by the decision", held)
 	}
 }

@@ -59,6 +59,13 @@ func (b *logBuffer) String() string {
 // URL and the log.
 func startCoordinator(t *testing.T, databaseURL string) (string, *logBuffer) {
 	t.Helper()
+	return startCoordinatorWith(t, databaseURL, nil)
+}
+
+// startCoordinatorWith is startCoordinator with the server's protocols (nil: HTTP/1.1) and
+// wrap around its handler (nil: none).
+func startCoordinatorWith(t *testing.T, databaseURL string, protocols *http.Protocols, wrap ...func(http.Handler) http.Handler) (string, *logBuffer) {
+	t.Helper()
 	logs := &logBuffer{}
 	logger := slog.New(slog.NewTextHandler(logs, nil))
 	store, err := postgres.Open(context.Background(), databaseURL, postgres.Options{Logger: logger})
@@ -67,7 +74,13 @@ func startCoordinator(t *testing.T, databaseURL string) (string, *logBuffer) {
 	}
 	svc := coordinator.NewService(store, logger)
 	build := &api.BuildInfo{Version: "v9.9.9-test", GoVersion: runtime.Version(), Store: api.InfoStorePostgres, SchemaExpected: postgres.SchemaVersion}
-	srv := httptest.NewServer(api.NewHandler(svc, api.Options{Logger: logger, RequestTimeout: 30 * time.Second, Build: build}))
+	var h http.Handler = api.NewHandler(svc, api.Options{Logger: logger, RequestTimeout: 30 * time.Second, Build: build})
+	for _, w := range wrap {
+		h = w(h)
+	}
+	srv := httptest.NewUnstartedServer(h)
+	srv.Config.Protocols = protocols
+	srv.Start()
 	t.Cleanup(func() {
 		srv.Close()
 		store.Close()

@@ -95,8 +95,8 @@ func defineFleet(cfg *fleetConfig) *cli.Settings {
 	fs.BoolVar(&cfg.postgres, "postgres", true, "measure the CPU of every process named postgres over the window (the whole server, "+
 		"whatever database it serves)")
 	flagOnly("postgres")
-	fs.BoolVar(&cfg.http2, "http2", false, "speak HTTP/2 to an http:// coordinator (h2c with prior knowledge, "+
-		"coordinatorclient.Options.UnencryptedHTTP2): the runners' requests share a few connections instead of one each")
+	fs.BoolVar(&cfg.http2, "http2", false, "speak HTTP/2 (to an http:// coordinator with prior knowledge, as "+
+		"coordinatorclient.Options.UnencryptedHTTP2 does; over https:// negotiated): the runners' requests share a few connections instead of one each")
 	flagOnly("http2")
 	fs.BoolVar(&cfg.json, "json", false, "print the report as one JSON object on stdout (the text report goes to stderr)")
 	flagOnly("json")
@@ -487,7 +487,7 @@ func runFleet(ctx context.Context, cfg fleetConfig, progress io.Writer) (*fleetR
 	runners := cfg.jobs * cfg.participants
 	// Each idle Runner holds a long-poll; one voting also watches the decision; each
 	// trigger opens checkpoints: keep all of those connections for reuse.
-	tr := newCountingTransport(2*runners+cfg.jobs+64, cfg.http2)
+	tr := newCountingTransport(2*runners+cfg.jobs+64, cfg.http2, strings.HasPrefix(cfg.url, "https://"))
 	defer tr.base.CloseIdleConnections()
 	coord, err := cc.NewCoordinator(cfg.url, cc.Options{HTTPClient: &http.Client{Transport: tr}, Token: cfg.token})
 	if err != nil {
@@ -744,11 +744,19 @@ func (r *fleetRun) snapshotLight() fleetSnap {
 func (r *fleetRun) drain(ctx context.Context, progress io.Writer) error {
 	limit := r.cfg.checkpointTimeout + 5*time.Second
 	deadline := time.Now().Add(limit)
+	var quietSince time.Time
 	for {
 		unfinished := r.unfinished()
 		committed := r.committed.Load()
 		acks := r.tr.ok[reqAck].Load()
-		if unfinished == 0 && committed >= r.opened.Load() && acks >= committed*int64(r.cfg.participants) {
+		switch {
+		case unfinished != 0 || committed < r.opened.Load() || acks < committed*int64(r.cfg.participants) || r.anyOpen(ctx):
+			quietSince = time.Time{}
+		case quietSince.IsZero():
+			// An open cancelled in flight may still be applied a moment later: wait for
+			// the coordinator to list nothing open for a while.
+			quietSince = time.Now()
+		case time.Since(quietSince) >= fleetDrainQuiet:
 			return nil
 		}
 		if ctx.Err() != nil || time.Now().After(deadline) {
@@ -759,6 +767,25 @@ func (r *fleetRun) drain(ctx context.Context, progress io.Writer) error {
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
+}
+
+// fleetDrainQuiet is how long the drain wants nothing open before it stops the runners.
+const fleetDrainQuiet = 300 * time.Millisecond
+
+// anyOpen reports whether the coordinator still lists a checkpoint of the fleet's jobs as
+// preparing or committing. An opening in flight when its trigger stopped may have opened
+// one that the trigger never heard of (its request cancelled after the coordinator applied
+// it): the participants commit it all the same, and the drain waits for that too. A list
+// the token may not read (it needs the read scope on every job of the prefix) counts as
+// nothing open.
+func (r *fleetRun) anyOpen(ctx context.Context) bool {
+	pattern := r.cfg.jobPrefix + "-*"
+	limit := 1
+	resp, err := r.coord.Client().ListOpenCheckpointsWithResponse(ctx, &cc.ListOpenCheckpointsParams{Job: &pattern, Limit: &limit})
+	if err != nil || resp.JSON200 == nil {
+		return false
+	}
+	return len(resp.JSON200.Items) > 0
 }
 
 // verify lists every job's checkpoints: each must be committed. The coordinator's
@@ -869,7 +896,8 @@ type fleetReport struct {
 	Build           string  `json:"build"`
 	GoVersion       string  `json:"go_version"`
 	Store           string  `json:"store"`
-	Mode            string  `json:"mode"` // "triggers" or "idle"
+	Mode            string  `json:"mode"`     // "triggers" or "idle"
+	Protocol        string  `json:"protocol"` // "HTTP/1.1", "HTTP/2" or "HTTP/2 (h2c)": what the runners spoke
 	Jobs            int     `json:"jobs"`
 	Participants    int     `json:"participants"`
 	JobPrefix       string  `json:"job_prefix"`
@@ -937,7 +965,7 @@ func cpuOver(d time.Duration, window float64) float64 {
 func (r *fleetRun) report(target targetInfo, start, end *fleetSnap, interrupted bool, rss *rssSampler) *fleetReport {
 	cfg := r.cfg
 	rep := &fleetReport{URL: cfg.url, Build: target.Version, GoVersion: target.GoVersion, Store: target.Store,
-		Mode: "triggers", Jobs: cfg.jobs, Participants: cfg.participants, JobPrefix: cfg.jobPrefix,
+		Mode: "triggers", Protocol: fleetProtocol(cfg), Jobs: cfg.jobs, Participants: cfg.participants, JobPrefix: cfg.jobPrefix,
 		WaitSeconds: cfg.wait.Seconds(), WarmupSeconds: cfg.warmup.Seconds(), Interrupted: interrupted, MachineCPUs: runtime.NumCPU(),
 		Latency: map[string]latencySummary{}, RequestsByKind: map[string]kindCount{},
 		AllOpened: r.opened.Load(), AllCommitted: r.committed.Load(), Aborts: r.aborts.Load(),
@@ -1096,9 +1124,20 @@ func sumCounts(m map[string]int64) int64 {
 	return n
 }
 
+// fleetProtocol is what the runners speak to the coordinator.
+func fleetProtocol(cfg fleetConfig) string {
+	switch {
+	case !cfg.http2:
+		return "HTTP/1.1"
+	case strings.HasPrefix(cfg.url, "https://"):
+		return "HTTP/2"
+	}
+	return "HTTP/2 (h2c)"
+}
+
 func (rep *fleetReport) writeText(w io.Writer) {
-	fmt.Fprintf(w, "\ncoordinator fleet (%s): %s, %d jobs x %d participants, %s\n",
-		rep.Mode, rep.URL, rep.Jobs, rep.Participants, describeTarget(rep.Build, rep.GoVersion, rep.Store))
+	fmt.Fprintf(w, "\ncoordinator fleet (%s): %s over %s, %d jobs x %d participants, %s\n",
+		rep.Mode, rep.URL, rep.Protocol, rep.Jobs, rep.Participants, describeTarget(rep.Build, rep.GoVersion, rep.Store))
 	if rep.Mode == "idle" {
 		fmt.Fprintf(w, "no triggers, long-poll %.0fs; measured %.1fs after a %.1fs warm-up%s\n", rep.WaitSeconds, rep.WindowSeconds, rep.WarmupSeconds,
 			map[bool]string{true: " (interrupted)"}[rep.Interrupted])

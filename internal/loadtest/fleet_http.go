@@ -89,7 +89,7 @@ type countingTransport struct {
 
 // newCountingTransport returns a transport for conns simultaneous connections to one
 // host: each participant's Runner holds one long-poll open while idle.
-func newCountingTransport(conns int, h2c bool) *countingTransport {
+func newCountingTransport(conns int, http2, tls bool) *countingTransport {
 	t := &countingTransport{statuses: map[string]int64{}, examples: map[string]string{}}
 	dialer := &net.Dialer{Timeout: 5 * time.Second, KeepAlive: 30 * time.Second}
 	t.base = &http.Transport{
@@ -103,10 +103,14 @@ func newCountingTransport(conns int, h2c bool) *countingTransport {
 		TLSHandshakeTimeout: 10 * time.Second,
 		ForceAttemptHTTP2:   false,
 	}
-	if h2c {
-		// As coordinatorclient.Options.UnencryptedHTTP2 does.
+	if http2 {
 		t.base.Protocols = new(http.Protocols)
-		t.base.Protocols.SetUnencryptedHTTP2(true)
+		if tls {
+			t.base.Protocols.SetHTTP2(true) // negotiated by ALPN
+		} else {
+			// As coordinatorclient.Options.UnencryptedHTTP2 does: prior knowledge.
+			t.base.Protocols.SetUnencryptedHTTP2(true)
+		}
 	}
 	return t
 }

@@ -8,6 +8,7 @@ import (
 	"os"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"testing"
 
 	"github.com/twophase/coordinator/internal/cli"
@@ -122,6 +123,42 @@ func TestFleetIdle(t *testing.T) {
 	}
 	if !strings.HasPrefix(rep.Verdict, "OK") {
 		t.Errorf("verdict %q", rep.Verdict)
+	}
+}
+
+// TestFleetHTTP2 runs the fleet with --http2 against a coordinator serving h2c: every
+// request of the runners and triggers goes over HTTP/2, and every checkpoint commits.
+func TestFleetHTTP2(t *testing.T) {
+	t.Parallel()
+	protocols := new(http.Protocols)
+	protocols.SetHTTP1(true)
+	protocols.SetUnencryptedHTTP2(true)
+	var h1, h2 atomic.Int64
+	count := func(next http.Handler) http.Handler {
+		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			switch {
+			case r.ProtoMajor == 2:
+				h2.Add(1)
+			case r.URL.Path != "/v1/info": // the report's look at the build, by the bench's client
+				h1.Add(1)
+			}
+			next.ServeHTTP(w, r)
+		})
+	}
+	base, logs := startCoordinatorWith(t, pgtest.URL(t), protocols, count)
+	code, rep, stderr := fleetJSON(t, "--url", base, "--http2", "--jobs", "2", "--participants", "2", "--interval", "200ms",
+		"--warmup", "500ms", "--duration", "1s")
+	if code != cli.ExitOK || !rep.OK {
+		t.Fatalf("fleet exited %d: %s\n%s\ncoordinator log:\n%s", code, rep.Verdict, stderr, logs.String())
+	}
+	if rep.Protocol != "HTTP/2 (h2c)" {
+		t.Errorf("report says protocol %q, want HTTP/2 (h2c)", rep.Protocol)
+	}
+	if h2.Load() == 0 || h1.Load() != 0 {
+		t.Errorf("the coordinator saw %d HTTP/2 and %d HTTP/1.1 requests, want HTTP/2 only", h2.Load(), h1.Load())
+	}
+	if rep.AllCheckpoints == 0 || rep.NotCommitted != 0 {
+		t.Errorf("listed %d checkpoints, %d not committed; want all committed", rep.AllCheckpoints, rep.NotCommitted)
 	}
 }
 

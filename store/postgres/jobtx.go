@@ -38,6 +38,10 @@ type jobTx struct {
 	decided   []*coordinator.Checkpoint // as saved, published once committed
 	announced bool                      // a checkpoint opened or an epoch changed: the job's waiters are told once committed
 	lastWrite *participantWrite         // the last statement queued, if a participant write (queueStatus merges)
+	// owing holds, in a View, the checkpoints anyone may still owe something on, as begin
+	// read them (viewSQL); Owing answers from it.
+	owing       []*coordinator.Checkpoint
+	owingLoaded bool
 
 	// checkpoints holds this transaction's own copies of the job's checkpoints that it read
 	// (every preparing one among them), kept as it changes them (Apply), so that the next
@@ -173,11 +177,7 @@ func (j *jsonCheckpoint) checkpoint() *coordinator.Checkpoint {
 // queueBegin queues what begin reads: for writes, the job's lock and state (with the
 // checkpoint hint, 0 for none); for reads, the job.
 func (t *jobTx) queueBegin(b *pgx.Batch, name string, hint int64) {
-	if t.write {
-		b.Queue(lockJobSQL, name, hint)
-	} else {
-		b.Queue(viewJobSQL, name)
-	}
+	b.Queue(lockJobSQL, name, hint)
 }
 
 // readBegin reads the results of queueBegin, all of them even when the job is missing
@@ -185,14 +185,6 @@ func (t *jobTx) queueBegin(b *pgx.Batch, name string, hint int64) {
 // stale is true when the job's epochs and checkpoints must be read again (readState):
 // another transaction changed them between the snapshot and the lock.
 func (t *jobTx) readBegin(results pgx.BatchResults, hint int64) (stale bool, err error) {
-	if !t.write {
-		job, err := scanJob(results.QueryRow(), false, &t.now)
-		if err != nil {
-			return false, err
-		}
-		t.job, t.now = job, t.now.UTC()
-		return false, nil
-	}
 	var row jobRow
 	var version int64
 	var seen *int64
@@ -317,6 +309,28 @@ func (t *jobTx) begin(name string, hint int64, locked bool) error {
 		err = t.readState(hint)
 	}
 	return err
+}
+
+// beginView is begin for a View: the job, its epochs, the clock and what anyone owes on
+// it, in one statement sent with the queued BEGIN.
+func (t *jobTx) beginView(name string) error {
+	var row jobRow
+	var names []string
+	var epochs []int64
+	cps, found, err := t.query(viewSQL, []any{name}, append(row.dest(), &t.now, &names, &epochs)...)
+	if err != nil {
+		return err
+	}
+	if !found {
+		return coordinator.ErrNotFound
+	}
+	t.job, t.now, t.nowAt = row.get(), t.now.UTC(), time.Now()
+	t.job.Epochs = make(map[string]int64, len(names))
+	for i, n := range names {
+		t.job.Epochs[n] = epochs[i]
+	}
+	t.owing, t.owingLoaded = cps, true
+	return nil
 }
 
 // readLocked is begin for a job whose lock this transaction holds.
@@ -503,7 +517,28 @@ func (t *jobTx) Checkpoint(ctx context.Context, id int64) (*coordinator.Checkpoi
 // participant may owe something: preparing or committing and not acked, or aborted with a
 // prepared vote not acked. coordinator.Owed decides on each.
 func (t *jobTx) Owing(ctx context.Context, participant string) ([]*coordinator.Checkpoint, error) {
+	if t.owingLoaded {
+		return owedBy(t.owing, participant), nil
+	}
 	return t.queryCheckpoints(owingSQL, t.job.Name, participant)
+}
+
+// owedBy keeps, of cps (what owingSQL reads for anyone), those on which participant (if
+// empty, anyone) may still owe something: owingSQL's condition, in the same order.
+func owedBy(cps []*coordinator.Checkpoint, participant string) []*coordinator.Checkpoint {
+	var out []*coordinator.Checkpoint
+	for _, cp := range cps {
+		for i := range cp.Participants {
+			p := &cp.Participants[i]
+			if (participant == "" || p.Name == participant) && p.AckedAt == nil &&
+				(cp.Status == coordinator.StatusPreparing || cp.Status == coordinator.StatusCommitting ||
+					cp.Status == coordinator.StatusAborted && p.Vote == coordinator.VotePrepared) {
+				out = append(out, cp)
+				break
+			}
+		}
+	}
+	return out
 }
 
 func (t *jobTx) Idempotency(ctx context.Context, key string) (coordinator.IdempotencyRecord, bool, error) {

@@ -294,7 +294,7 @@ func (s *Store) View(ctx context.Context, job string, fn func(tx coordinator.Job
 func (s *Store) view(ctx context.Context, conn *pgx.Conn, job string, fn func(tx coordinator.JobTx) error) error {
 	t := &jobTx{ctx: ctx, conn: conn, queue: &writeQueue{}}
 	t.queue.add("begin", "BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY")
-	if err := t.begin(job, 0, false); err != nil {
+	if err := t.beginView(job); err != nil {
 		return err
 	}
 	fnErr := fn(t)
@@ -359,17 +359,14 @@ type querier interface {
 	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
 }
 
-func scanJob(row pgx.Row, view bool, extra ...any) (*coordinator.Job, error) {
+// scanJob scans a row of jobViewColumns.
+func scanJob(row pgx.Row) (*coordinator.Job, error) {
 	var j coordinator.Job
 	var timeoutMS, retentionMS int64
 	var names []string
 	var epochs []int64
 	dest := []any{&j.Name, &j.Config.Participants, &timeoutMS, &j.Config.MaxConcurrentCheckpoints, &j.Config.AutoCommit,
-		&retentionMS, &j.Seq, &j.CreatedAt, &j.UpdatedAt, &names, &epochs}
-	if view {
-		dest = append(dest, &j.LastCheckpoint, &j.LastCommitted)
-	}
-	dest = append(dest, extra...)
+		&retentionMS, &j.Seq, &j.CreatedAt, &j.UpdatedAt, &names, &epochs, &j.LastCheckpoint, &j.LastCommitted}
 	if err := row.Scan(dest...); err != nil {
 		if errors.Is(err, pgx.ErrNoRows) {
 			return nil, coordinator.ErrNotFound
@@ -387,7 +384,7 @@ func scanJob(row pgx.Row, view bool, extra ...any) (*coordinator.Job, error) {
 }
 
 func getJob(ctx context.Context, q querier, name string) (*coordinator.Job, error) {
-	return scanJob(q.QueryRow(ctx, getJobSQL, name), true)
+	return scanJob(q.QueryRow(ctx, getJobSQL, name))
 }
 
 // ListJobs implements coordinator.Store.
@@ -400,7 +397,7 @@ func (s *Store) ListJobs(ctx context.Context, pattern coordinator.JobPattern, af
 	defer rows.Close()
 	var jobs []*coordinator.Job
 	for rows.Next() {
-		j, err := scanJob(rows, true)
+		j, err := scanJob(rows)
 		if err != nil {
 			return nil, translate(err)
 		}

@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"net"
 	"net/http"
-	"path/filepath"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -85,12 +84,7 @@ func TestHTTP2PlainAndTLS(t *testing.T) {
 		t.Errorf("GET /healthz over HTTP/1.1 with --http2=false: %q %v, want HTTP/1.1", p, err)
 	}
 
-	dir := t.TempDir()
-	certFile, keyFile := filepath.Join(dir, "tls.crt"), filepath.Join(dir, "tls.key")
-	ca := newTestCA(t, "test CA")
-	certPEM, keyPEM := ca.issue(t, 1, true, time.Now().Add(time.Hour))
-	writeFile(t, certFile, certPEM)
-	writeFile(t, keyFile, keyPEM)
+	ca, certFile, keyFile := serverCertFiles(t, t.TempDir())
 	tlsClient := func() *http.Client {
 		return &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{
 			ForceAttemptHTTP2: true, TLSClientConfig: &tls.Config{RootCAs: ca.pool()},

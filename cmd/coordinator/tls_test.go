@@ -110,6 +110,18 @@ func writeFile(t *testing.T, path string, data []byte) {
 	}
 }
 
+// serverCertFiles writes, in dir, tls.crt and tls.key: a server certificate (serial 1,
+// valid an hour) of a new test CA, which it returns with the files' paths.
+func serverCertFiles(t *testing.T, dir string) (ca *testCA, certFile, keyFile string) {
+	t.Helper()
+	certFile, keyFile = filepath.Join(dir, "tls.crt"), filepath.Join(dir, "tls.key")
+	ca = newTestCA(t, "test CA")
+	certPEM, keyPEM := ca.issue(t, 1, true, time.Now().Add(time.Hour))
+	writeFile(t, certFile, certPEM)
+	writeFile(t, keyFile, keyPEM)
+	return ca, certFile, keyFile
+}
+
 // startedTLS runs the coordinator on the embedded store with args, on a free port of
 // 127.0.0.1, and returns its address, log and exit channel once it listens over HTTPS.
 func startedTLS(t *testing.T, ctx context.Context, args ...string) (string, *logBuffer, <-chan int) {
@@ -211,11 +223,7 @@ func countLogged(t *testing.T, logs *logBuffer, prefix string, attrs map[string]
 func TestTLSServesAndReloads(t *testing.T) {
 	t.Parallel()
 	dir := t.TempDir()
-	certFile, keyFile := filepath.Join(dir, "tls.crt"), filepath.Join(dir, "tls.key")
-	ca := newTestCA(t, "test CA")
-	certPEM, keyPEM := ca.issue(t, 1, true, time.Now().Add(time.Hour))
-	writeFile(t, certFile, certPEM)
-	writeFile(t, keyFile, keyPEM)
+	ca, certFile, keyFile := serverCertFiles(t, dir)
 
 	ctx, stop := context.WithCancel(context.Background())
 	defer stop()
@@ -267,7 +275,7 @@ func TestTLSServesAndReloads(t *testing.T) {
 
 	// A renewed certificate (a new key too) written over the files is served on new
 	// connections, without a restart.
-	certPEM, keyPEM = ca.issue(t, 2, true, time.Now().Add(2*time.Hour))
+	certPEM, keyPEM := ca.issue(t, 2, true, time.Now().Add(2*time.Hour))
 	writeFile(t, certFile, certPEM)
 	writeFile(t, keyFile, keyPEM)
 	waitSerial(t, addr, ca.pool(), "2", logs)

@@ -81,6 +81,29 @@ func (r *idleRecorder) Write(b []byte) (int, error) {
 
 func (r *idleRecorder) Unwrap() http.ResponseWriter { return r.ResponseWriter }
 
+// countedCoordinator serves a coordinator on PostgreSQL (its sweeper every 50 ms) through an
+// idleCounter, and returns a client of it with short backoffs, and the test's context.
+func countedCoordinator(t *testing.T) (context.Context, *cc.Coordinator, *idleCounter) {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(cancel)
+	store, err := postgres.Open(ctx, pgtest.URL(t), postgres.Options{})
+	if err != nil {
+		t.Fatalf("open store: %v", err)
+	}
+	t.Cleanup(store.Close)
+	svc := coordinator.NewService(store, nil)
+	go svc.RunSweeper(ctx, 50*time.Millisecond)
+	counter := &idleCounter{}
+	srv := httptest.NewServer(counter.wrap(api.NewHandler(svc, api.Options{Logger: slog.New(slog.DiscardHandler), RequestTimeout: time.Minute})))
+	t.Cleanup(srv.Close)
+	coord, err := cc.NewCoordinator(srv.URL, cc.Options{MinBackoff: 5 * time.Millisecond, MaxBackoff: 50 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return ctx, coord, counter
+}
+
 // idleParticipant tells when the Runner prepares.
 type idleParticipant struct {
 	prepared chan int64
@@ -104,22 +127,7 @@ func (p *idleParticipant) Abort(ctx context.Context, id int64, cs []string) erro
 // very request, so that the Runner votes at once rather than on its next poll.
 func TestIdleRunnerOnePendingPerWait(t *testing.T) {
 	t.Parallel()
-	ctx, cancel := context.WithCancel(context.Background())
-	t.Cleanup(cancel)
-	store, err := postgres.Open(ctx, pgtest.URL(t), postgres.Options{})
-	if err != nil {
-		t.Fatalf("open store: %v", err)
-	}
-	t.Cleanup(store.Close)
-	svc := coordinator.NewService(store, nil)
-	go svc.RunSweeper(ctx, 50*time.Millisecond)
-	counter := &idleCounter{}
-	srv := httptest.NewServer(counter.wrap(api.NewHandler(svc, api.Options{Logger: slog.New(slog.DiscardHandler), RequestTimeout: time.Minute})))
-	t.Cleanup(srv.Close)
-	coord, err := cc.NewCoordinator(srv.URL, cc.Options{MinBackoff: 5 * time.Millisecond, MaxBackoff: 50 * time.Millisecond})
-	if err != nil {
-		t.Fatal(err)
-	}
+	ctx, coord, counter := countedCoordinator(t)
 	if _, err := coord.PutJob(ctx, "idle", cc.JobConfig{Participants: []string{"a"}}); err != nil {
 		t.Fatalf("put job: %v", err)
 	}
@@ -266,21 +274,7 @@ func TestIdleRunnerOnePendingPerWait(t *testing.T) {
 // long-poll on pending answered with the commit item, woken by the other vote.
 func TestRunnerWaitsForTheDecisionOnPending(t *testing.T) {
 	t.Parallel()
-	ctx, cancel := context.WithCancel(context.Background())
-	t.Cleanup(cancel)
-	store, err := postgres.Open(ctx, pgtest.URL(t), postgres.Options{})
-	if err != nil {
-		t.Fatalf("open store: %v", err)
-	}
-	t.Cleanup(store.Close)
-	svc := coordinator.NewService(store, nil)
-	counter := &idleCounter{}
-	srv := httptest.NewServer(counter.wrap(api.NewHandler(svc, api.Options{Logger: slog.New(slog.DiscardHandler), RequestTimeout: time.Minute})))
-	t.Cleanup(srv.Close)
-	coord, err := cc.NewCoordinator(srv.URL, cc.Options{MinBackoff: 5 * time.Millisecond, MaxBackoff: 50 * time.Millisecond})
-	if err != nil {
-		t.Fatal(err)
-	}
+	ctx, coord, counter := countedCoordinator(t)
 	if _, err := coord.PutJob(ctx, "decide", cc.JobConfig{Participants: []string{"a", "b"}}); err != nil {
 		t.Fatalf("put job: %v", err)
 	}

@@ -43,7 +43,9 @@ var placeholderPrefix = []byte(`"committables":"\u0000`)
 
 // swap returns body with the committables of every checkpoint and pending item in it
 // replaced by placeholders, copying what it changes: body itself is left as it is. Bodies
-// of other types are returned unchanged.
+// of other types are returned unchanged. Either way every committables value of an answer
+// is swapped, or none is: a body type that holds committables and is not listed here is
+// encoded by encoding/json alone, correctly, only slower.
 func (c *committablesOut) swap(body any) any {
 	switch b := body.(type) {
 	case Checkpoint:

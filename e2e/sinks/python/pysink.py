@@ -17,7 +17,9 @@ The protocol, by hand:
        commit items: rename temp -> final (idempotent), fsync dir, PUT .../acks/<name>
        abort items:  remove temp, PUT .../acks/<name>
        vote items:   wait for the barrier, write + fsync temp, PUT .../votes/<name>
-     and while a vote is in doubt, long-poll GET .../checkpoints/<id>?wait_ms=...
+     the same long-poll waits for the decision on a vote in doubt (its commit or abort
+     becomes owed); only a commit held behind a lower undecided checkpoint long-polls
+     GET .../checkpoints/<lower>?wait_ms=... first
 Transient failures (connection errors, 5xx, 503 with Retry-After) are retried with
 exponential backoff and jitter; 409 fenced stops the process.
 
@@ -352,10 +354,12 @@ class Sink:
         self.reconcile(reg["pending"])
         items, first = reg["pending"], True
         while True:
+            blocked = False
             for it in sorted(items, key=lambda it: it["checkpoint"]):
                 cid, action = it["checkpoint"], it["action"]
                 if action == "commit":
                     if self.in_doubt and min(self.in_doubt) < cid:
+                        blocked = True
                         break  # commits keep checkpoint order
                     self.finish(cid, "commit", it.get("committables"))
                 elif action == "abort":
@@ -363,11 +367,14 @@ class Sink:
                 elif action == "vote":
                     self.vote(cid, first)
             first = False
-            wait = 0
-            if self.in_doubt:
-                self.c.checkpoint(min(self.in_doubt), wait_ms=5000)  # long-poll the decision
-            else:
-                wait = idle_wait_ms  # nothing in doubt: the coordinator holds it until something is owed
+            # One long-poll on pending waits for the next checkpoint and for the decision on
+            # one in doubt alike (the decision makes its commit or abort owed). Only a commit
+            # held back behind a lower undecided checkpoint waits for that one's decision:
+            # pending would answer at once with the same commit.
+            wait = idle_wait_ms
+            if blocked:
+                self.c.checkpoint(min(self.in_doubt), wait_ms=5000)
+                wait = 0
             pending = self.c.pending(wait_ms=wait)
             if pending["epoch"] != self.epoch:
                 raise Fenced()

@@ -518,27 +518,15 @@ func (t *jobTx) Checkpoint(ctx context.Context, id int64) (*coordinator.Checkpoi
 // prepared vote not acked. coordinator.Owed decides on each.
 func (t *jobTx) Owing(ctx context.Context, participant string) ([]*coordinator.Checkpoint, error) {
 	if t.owingLoaded {
-		return owedBy(t.owing, participant), nil
-	}
-	return t.queryCheckpoints(owingSQL, t.job.Name, participant)
-}
-
-// owedBy keeps, of cps (what owingSQL reads for anyone), those on which participant (if
-// empty, anyone) may still owe something: owingSQL's condition, in the same order.
-func owedBy(cps []*coordinator.Checkpoint, participant string) []*coordinator.Checkpoint {
-	var out []*coordinator.Checkpoint
-	for _, cp := range cps {
-		for i := range cp.Participants {
-			p := &cp.Participants[i]
-			if (participant == "" || p.Name == participant) && p.AckedAt == nil &&
-				(cp.Status == coordinator.StatusPreparing || cp.Status == coordinator.StatusCommitting ||
-					cp.Status == coordinator.StatusAborted && p.Vote == coordinator.VotePrepared) {
+		var out []*coordinator.Checkpoint
+		for _, cp := range t.owing {
+			if coordinator.MayOwe(cp, participant) {
 				out = append(out, cp)
-				break
 			}
 		}
+		return out, nil
 	}
-	return out
+	return t.queryCheckpoints(owingSQL, t.job.Name, participant)
 }
 
 func (t *jobTx) Idempotency(ctx context.Context, key string) (coordinator.IdempotencyRecord, bool, error) {

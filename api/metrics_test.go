@@ -24,7 +24,7 @@ func coordinatorWithMetrics(t *testing.T, url string, noJobLabel bool) *authBund
 	t.Helper()
 	var store coordinator.Store
 	m := metrics.New(metrics.Options{Version: "test", Store: "postgres", NoJobLabel: noJobLabel,
-		Stats: func(ctx context.Context) (*coordinator.Stats, error) { return store.Stats(ctx) }})
+		Stats: func(ctx context.Context) (*coordinator.Stats, error) { return store.Stats(ctx, !noJobLabel) }})
 	store, err := postgres.Open(context.Background(), url, postgres.Options{ObserveCommit: m.StoreCommit})
 	if err != nil {
 		t.Fatal(err)

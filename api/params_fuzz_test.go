@@ -33,7 +33,7 @@ func (emptyStore) View(context.Context, string, func(coordinator.JobTx) error) e
 func (emptyStore) PutJob(_ context.Context, name string, cfg coordinator.JobConfig, _ *coordinator.AuditEntry) (*coordinator.Job, bool, error) {
 	return &coordinator.Job{Name: name, Config: cfg, Epochs: map[string]int64{}}, true, nil
 }
-func (emptyStore) Stats(context.Context) (*coordinator.Stats, error) {
+func (emptyStore) Stats(context.Context, bool) (*coordinator.Stats, error) {
 	return &coordinator.Stats{}, nil
 }
 func (emptyStore) DeleteExpired(context.Context, string, int) (int, bool, error) {

@@ -42,9 +42,10 @@ type Store interface {
 	// try again later. It never waits for a lock.
 	DeleteExpired(ctx context.Context, job string, limit int) (deleted int, skipped bool, err error)
 	// Stats reads the facts of the database that metrics show: the open checkpoints by job
-	// and status, and each job's last committed checkpoint. Its cost grows with the jobs and
-	// the open checkpoints, never with history.
-	Stats(ctx context.Context) (*Stats, error)
+	// and status, and, with lastCommitted, each job's last committed checkpoint (without it
+	// Stats.LastCommitted is empty: metrics without a job label do not show it). Its cost
+	// grows with the jobs and the open checkpoints, never with history.
+	Stats(ctx context.Context, lastCommitted bool) (*Stats, error)
 	// GetJob returns the job with LastCheckpoint and LastCommitted filled.
 	GetJob(ctx context.Context, name string) (*Job, error)
 	// ListJobs returns up to limit jobs that pattern matches (empty: every job) with names

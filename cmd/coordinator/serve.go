@@ -49,7 +49,9 @@ func serve(ctx context.Context, cfg config, logger *slog.Logger) error {
 		store.Close()
 		logger.Info("store closed")
 	}()
-	stats = store.Stats
+	// Without a job label, metrics do not show each job's last committed checkpoint: its
+	// read (one per job) is skipped.
+	stats = func(ctx context.Context) (*coordinator.Stats, error) { return store.Stats(ctx, cfg.metricsJobLabel) }
 	svc := coordinator.NewService(store, logger, coordinator.WithMaxCheckpointBytes(cfg.maxCheckpointBytes), coordinator.WithObserver(m))
 
 	// Rule 6 of docs/protocol.md: after an outage, expired checkpoints are aborted before

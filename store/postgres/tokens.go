@@ -167,7 +167,7 @@ func deref(s *string) string {
 }
 
 // Stats implements coordinator.Store, in one read-only transaction.
-func (s *Store) Stats(ctx context.Context) (*coordinator.Stats, error) {
+func (s *Store) Stats(ctx context.Context, lastCommitted bool) (*coordinator.Stats, error) {
 	out := &coordinator.Stats{LastCommitted: map[string]int64{}}
 	err := pgx.BeginTxFunc(ctx, s.pool, pgx.TxOptions{AccessMode: pgx.ReadOnly, IsoLevel: pgx.RepeatableRead}, func(tx pgx.Tx) error {
 		rows, err := tx.Query(ctx, openStatsSQL)
@@ -184,7 +184,7 @@ func (s *Store) Stats(ctx context.Context) (*coordinator.Stats, error) {
 			o.Status, o.Oldest = coordinator.Status(status), o.Oldest.UTC()
 			out.Open = append(out.Open, o)
 		}
-		if err := rows.Err(); err != nil {
+		if err := rows.Err(); err != nil || !lastCommitted {
 			return err
 		}
 		rows, err = tx.Query(ctx, lastCommittedStatsSQL)

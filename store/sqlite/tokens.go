@@ -188,7 +188,7 @@ func auditArgs(e *coordinator.AuditEntry) []any {
 }
 
 // Stats implements coordinator.Store, on one snapshot.
-func (s *Store) Stats(ctx context.Context) (*coordinator.Stats, error) {
+func (s *Store) Stats(ctx context.Context, lastCommitted bool) (*coordinator.Stats, error) {
 	if err := s.checkOpen(); err != nil {
 		return nil, err
 	}
@@ -209,7 +209,7 @@ func (s *Store) Stats(ctx context.Context) (*coordinator.Stats, error) {
 			o.Status, o.Oldest = coordinator.Status(status), fromMicros(oldest)
 			out.Open = append(out.Open, o)
 		}
-		if err := rows.Err(); err != nil {
+		if err := rows.Err(); err != nil || !lastCommitted {
 			return err
 		}
 		rows, err = tx.QueryContext(ctx, lastCommittedStatsSQL)

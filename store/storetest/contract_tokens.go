@@ -246,7 +246,7 @@ func testTokensListPages(t *testing.T, b *bundle) {
 }
 
 func testStats(t *testing.T, b *bundle) {
-	st, err := b.store.Stats(b.ctx)
+	st, err := b.store.Stats(b.ctx, true)
 	if err != nil || len(st.Open) != 0 || len(st.LastCommitted) != 0 {
 		t.Fatalf("Stats of an empty store: %+v, %v", st, err)
 	}
@@ -262,7 +262,7 @@ func testStats(t *testing.T, b *bundle) {
 	b.decide("a", 2, coordinator.StatusCommitting, "")
 	b.decide("a", 4, coordinator.StatusAborted, "x")
 	b.decide("b", 1, coordinator.StatusAborted, "x")
-	st, err = b.store.Stats(b.ctx)
+	st, err = b.store.Stats(b.ctx, true)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -282,5 +282,13 @@ func testStats(t *testing.T, b *bundle) {
 	}
 	if len(st.LastCommitted) != 1 || st.LastCommitted["a"] != 2 {
 		t.Fatalf("Stats.LastCommitted = %v, want a: 2 only (b aborted its only one, idle has none)", st.LastCommitted)
+	}
+	// Without the last committed ones: the same open checkpoints, no last committed.
+	without, err := b.store.Stats(b.ctx, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(without.LastCommitted) != 0 || !slices.Equal(without.Open, st.Open) {
+		t.Fatalf("Stats without the last committed: %+v, want Open %v and no LastCommitted", without, st.Open)
 	}
 }

@@ -467,7 +467,7 @@ func (s *memStore) TokensVersion(ctx context.Context) (int64, error) {
 	return s.tokensVersion, nil
 }
 
-func (s *memStore) Stats(ctx context.Context) (*coordinator.Stats, error) {
+func (s *memStore) Stats(ctx context.Context, lastCommitted bool) (*coordinator.Stats, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	out := &coordinator.Stats{LastCommitted: map[string]int64{}}
@@ -486,7 +486,7 @@ func (s *memStore) Stats(ctx context.Context) (*coordinator.Stats, error) {
 					o.Oldest = cp.CreatedAt
 				}
 			}
-			if cp.Status == coordinator.StatusCommitting || cp.Status == coordinator.StatusCommitted {
+			if lastCommitted && (cp.Status == coordinator.StatusCommitting || cp.Status == coordinator.StatusCommitted) {
 				out.LastCommitted[job] = max(out.LastCommitted[job], cp.ID)
 			}
 		}

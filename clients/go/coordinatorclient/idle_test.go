@@ -329,8 +329,18 @@ func TestRunnerWaitsForTheDecisionOnPending(t *testing.T) {
 		}
 	}
 	vote := waitFor("the Runner's vote", func() *idleRequest { return find("PUT", votePath, time.Time{}) })
-	// The Runner is now in doubt; let its long-poll be held, then decide by b's vote.
-	time.Sleep(200 * time.Millisecond)
+	// The Runner is now in doubt: once its long-poll on pending is held (for 50 ms, past
+	// its first read), decide by b's vote.
+	waitFor("the Runner's long-poll after its vote", func() *idleRequest {
+		for _, req := range counter.requests() {
+			if req.method == "GET" && req.path == pendingPath && req.started.After(vote.ended) && req.ended.IsZero() &&
+				time.Since(req.started) > 50*time.Millisecond {
+				return &req
+			}
+		}
+		return nil
+	})
+	decided := time.Now()
 	empty := json.RawMessage(`[]`)
 	if _, err := coord.Vote(ctx, "decide", cp.Id, "b", cc.VoteRequest{Epoch: regB.Epoch, Vote: cc.VoteKindPrepared, Committables: &empty}); err != nil {
 		t.Fatalf("vote b: %v", err)
@@ -352,7 +362,8 @@ func TestRunnerWaitsForTheDecisionOnPending(t *testing.T) {
 	if len(answer.Items) != 1 || answer.Items[0].Action != cc.PendingActionCommit || answer.Items[0].Checkpoint != cp.Id {
 		t.Errorf("the long-poll answered %s, want the commit of checkpoint %d", between[0].body, cp.Id)
 	}
-	if held := between[0].ended.Sub(between[0].started); held < 150*time.Millisecond {
-		t.Errorf("the long-poll answered after %s: before b voted, so not woken by the decision", held)
+	if !between[0].started.Before(decided) || between[0].ended.Before(decided) {
+		t.Errorf("the long-poll ran from %s to %s, b voting at %s: want it held across b's vote, woken by the decision",
+			between[0].started.Format(time.StampMicro), between[0].ended.Format(time.StampMicro), decided.Format(time.StampMicro))
 	}
 }

@@ -36,6 +36,9 @@ func (emptyStore) PutJob(_ context.Context, name string, cfg coordinator.JobConf
 func (emptyStore) Stats(context.Context, bool) (*coordinator.Stats, error) {
 	return &coordinator.Stats{}, nil
 }
+func (emptyStore) Owing(context.Context, string, string) (*coordinator.Job, time.Time, []*coordinator.Checkpoint, error) {
+	return nil, time.Time{}, nil, coordinator.ErrNotFound
+}
 func (emptyStore) DeleteExpired(context.Context, string, int) (int, bool, error) {
 	return 0, false, nil
 }

@@ -292,22 +292,14 @@ func (s *Service) Pending(ctx context.Context, job, participant string, wait tim
 
 // pending reads what participant owes now.
 func (s *Service) pending(ctx context.Context, job, participant string) (*Pending, error) {
-	var out *Pending
-	err := s.store.View(ctx, job, func(tx JobTx) error {
-		owing, err := tx.Owing(ctx, participant)
-		if err != nil {
-			return err
-		}
-		if err := CheckParticipant(tx.Job(), owing, participant); err != nil {
-			return err
-		}
-		out = &Pending{Job: job, Participant: participant, Epoch: tx.Job().Epoch(participant), Items: PendingItems(tx.Now(), owing, participant)}
-		return nil
-	})
+	j, now, owing, err := s.store.Owing(ctx, job, participant)
+	if err == nil {
+		err = CheckParticipant(j, owing, participant)
+	}
 	if err != nil {
 		return nil, jobError(job, err)
 	}
-	return out, nil
+	return &Pending{Job: job, Participant: participant, Epoch: j.Epoch(participant), Items: PendingItems(now, owing, participant)}, nil
 }
 
 // Prepare opens the job's next checkpoint. replayed is true when an Idempotency-Key

@@ -23,6 +23,9 @@ type Store interface {
 	// View runs fn on a consistent snapshot of the job, without its lock. Writes through
 	// tx fail. ErrNotFound if the job does not exist.
 	View(ctx context.Context, job string, fn func(tx JobTx) error) error
+	// Owing is View reading JobTx.Job, JobTx.Now and JobTx.Owing(participant), in as
+	// few round trips as the store can: every long-poll on pending reads it, at least once.
+	Owing(ctx context.Context, job, participant string) (*Job, time.Time, []*Checkpoint, error)
 	// GetCheckpoint reads one checkpoint outside any transaction: the hot path of long
 	// polls. ErrNotFound if the job does not exist; ErrGone (itself) if the checkpoint was
 	// issued (its id is not above the job's Seq) but is no more (retention, or the job was
@@ -117,4 +120,22 @@ type OpenCheckpoints struct {
 	Count  int64
 	// Oldest is when the oldest of them opened.
 	Oldest time.Time
+}
+
+// OwingByView is Store.Owing for a store whose View costs no round trip: a View reading
+// the job, the clock and JobTx.Owing(participant).
+func OwingByView(ctx context.Context, s Store, job, participant string) (*Job, time.Time, []*Checkpoint, error) {
+	var j *Job
+	var now time.Time
+	var owing []*Checkpoint
+	err := s.View(ctx, job, func(tx JobTx) error {
+		var err error
+		owing, err = tx.Owing(ctx, participant)
+		j, now = tx.Job(), tx.Now()
+		return err
+	})
+	if err != nil {
+		return nil, time.Time{}, nil, err
+	}
+	return j, now, owing, nil
 }

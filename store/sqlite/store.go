@@ -338,6 +338,11 @@ func (s *Store) View(ctx context.Context, job string, fn func(tx coordinator.Job
 	return s.run(ctx, job, fn)
 }
 
+// Owing implements coordinator.Store, as a View: a read transaction costs no round trip.
+func (s *Store) Owing(ctx context.Context, job, participant string) (*coordinator.Job, time.Time, []*coordinator.Checkpoint, error) {
+	return coordinator.OwingByView(ctx, s, job, participant)
+}
+
 func (s *Store) run(ctx context.Context, job string, fn func(tx coordinator.JobTx) error) error {
 	if err := s.checkOpen(); err != nil {
 		return err

@@ -1,6 +1,7 @@
 package storetest
 
 import (
+	"errors"
 	"fmt"
 	"slices"
 	"testing"
@@ -41,32 +42,56 @@ func testOwing(t *testing.T, b *bundle) {
 	b.saveAck("j", 6, "p1")
 	b.saveAck("j", 6, "p2")
 
-	// A View and an Update may read them differently (the PostgreSQL store reads what anyone
-	// owes with the job in a View): both must say the same.
-	for _, read := range []func(string, func(coordinator.JobTx) error){b.view, b.update} {
+	cases := []struct {
+		participant string
+		want        []string
+	}{
+		{"p1", []string{"j/3", "j/4"}},
+		{"p2", []string{"j/2", "j/4"}},
+		{"", []string{"j/2", "j/3", "j/4"}},
+		{"stranger", nil},
+	}
+	check := func(how string, c struct {
+		participant string
+		want        []string
+	}, owing []*coordinator.Checkpoint) {
+		t.Helper()
+		wantIDs(t, fmt.Sprintf("%s Owing(%q)", how, c.participant), owing, c.want...)
+		if c.participant == "p1" && len(owing) > 0 {
+			if got := owing[0].Participant("p1"); string(got.Committables) != `["t3"]` || got.Vote != coordinator.VotePrepared {
+				t.Errorf("%s Owing(p1) checkpoint 3: vote %q committables %s, want prepared [\"t3\"]", how, got.Vote, got.Committables)
+			}
+		}
+	}
+	// A View, an Update and Store.Owing may read them differently (the PostgreSQL store
+	// reads what anyone owes with the job in a View, and Store.Owing in one statement):
+	// all must say the same.
+	for how, read := range map[string]func(string, func(coordinator.JobTx) error){"View": b.view, "Update": b.update} {
 		read("j", func(tx coordinator.JobTx) error {
-			for _, c := range []struct {
-				participant string
-				want        []string
-			}{
-				{"p1", []string{"j/3", "j/4"}},
-				{"p2", []string{"j/2", "j/4"}},
-				{"", []string{"j/2", "j/3", "j/4"}},
-				{"stranger", nil},
-			} {
+			for _, c := range cases {
 				owing, err := tx.Owing(b.ctx, c.participant)
 				if err != nil {
 					return err
 				}
-				wantIDs(t, fmt.Sprintf("Owing(%q)", c.participant), owing, c.want...)
-				if c.participant == "p1" {
-					if got := owing[0].Participant("p1"); string(got.Committables) != `["t3"]` || got.Vote != coordinator.VotePrepared {
-						t.Errorf("Owing(p1) checkpoint 3: vote %q committables %s, want prepared [\"t3\"]", got.Vote, got.Committables)
-					}
-				}
+				check(how, c, owing)
 			}
 			return nil
 		})
+	}
+	var viewNow time.Time
+	b.view("j", func(tx coordinator.JobTx) error { viewNow = tx.Now(); return nil })
+	for _, c := range cases {
+		job, now, owing, err := b.store.Owing(b.ctx, "j", c.participant)
+		if err != nil {
+			t.Fatalf("Store.Owing(j, %q): %v", c.participant, err)
+		}
+		check("Store", c, owing)
+		if job.Name != "j" || !slices.Equal(job.Config.Participants, []string{"p1", "p2"}) || now.Before(viewNow) {
+			t.Errorf("Store.Owing(j, %q): job %s %v, clock %v (a View before it read %v)", c.participant, job.Name, job.Config.Participants, now, viewNow)
+		}
+	}
+	if _, _, _, err := b.store.Owing(b.ctx, "nope", "p1"); !errors.Is(err, coordinator.ErrNotFound) {
+		t.Errorf("Store.Owing of a missing job: %v, want ErrNotFound", err)
 	}
 }
 

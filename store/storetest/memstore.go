@@ -181,6 +181,10 @@ func (s *memStore) View(ctx context.Context, job string, fn func(tx coordinator.
 	return fn(&memTx{state: s.state.clone(), name: job, now: time.Now(), readOnly: true})
 }
 
+func (s *memStore) Owing(ctx context.Context, job, participant string) (*coordinator.Job, time.Time, []*coordinator.Checkpoint, error) {
+	return coordinator.OwingByView(ctx, s, job, participant)
+}
+
 func (s *memStore) PutJob(ctx context.Context, name string, cfg coordinator.JobConfig, audit *coordinator.AuditEntry) (*coordinator.Job, bool, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()

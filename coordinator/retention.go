@@ -13,8 +13,10 @@ type RetentionOptions struct {
 	// Batch is how many checkpoints one transaction deletes at most; 0 means 500 (a few
 	// milliseconds of work).
 	Batch int
-	// Pause is the wait between two batches of one job; 0 means 5ms, so that rounds get
-	// the database between them.
+	// Pause is the least wait between two batches of one job; 0 means 5ms. The wait is
+	// also at least twice as long as the batch took (retentionPause), so that deletion
+	// holds the database a third of the time at most and rounds get it in between, however
+	// slow the batches.
 	Pause time.Duration
 	// Deleted, if set, is told how many checkpoints each batch deleted.
 	Deleted func(n int)
@@ -78,6 +80,7 @@ func (s *Service) retentionPass(ctx context.Context, opts RetentionOptions) erro
 // deleteExpired deletes job's expired checkpoints, batch after batch.
 func (s *Service) deleteExpired(ctx context.Context, job string, opts RetentionOptions) error {
 	for {
+		start := time.Now()
 		n, skipped, err := s.store.DeleteExpired(ctx, job, opts.Batch)
 		if err != nil {
 			return err
@@ -91,7 +94,14 @@ func (s *Service) deleteExpired(ctx context.Context, job string, opts RetentionO
 		select {
 		case <-ctx.Done():
 			return ctx.Err()
-		case <-time.After(opts.Pause):
+		case <-time.After(retentionPause(time.Since(start), opts.Pause)):
 		}
 	}
+}
+
+// retentionPause is the wait after a batch that took took: twice that, and at least least.
+// A batch of 500 deletions takes about 10 ms on a busy two-core machine: deletion then goes
+// at some 16,000 checkpoints a second, while the rounds keep two thirds of the time.
+func retentionPause(took, least time.Duration) time.Duration {
+	return max(2*took, least)
 }

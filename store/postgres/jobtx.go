@@ -174,8 +174,8 @@ func (j *jsonCheckpoint) checkpoint() *coordinator.Checkpoint {
 	return cp
 }
 
-// queueBegin queues what begin reads: for writes, the job's lock and state (with the
-// checkpoint hint, 0 for none); for reads, the job.
+// queueBegin queues what begin reads: the job's lock and state (with the checkpoint hint,
+// 0 for none). A View begins with beginView instead.
 func (t *jobTx) queueBegin(b *pgx.Batch, name string, hint int64) {
 	b.Queue(lockJobSQL, name, hint)
 }
@@ -218,10 +218,7 @@ func (t *jobTx) readBegin(results pgx.BatchResults, hint int64) (stale bool, err
 // startRead begins t from what it read under the job's lock: the job's epochs and
 // checkpoints (with checkpoint hint whatever its status).
 func (t *jobTx) startRead(names []string, epochs []int64, cps []*coordinator.Checkpoint, hint int64) {
-	t.job.Epochs = make(map[string]int64, len(names))
-	for i, n := range names {
-		t.job.Epochs[n] = epochs[i]
-	}
+	t.job.Epochs = epochsOf(names, epochs)
 	read := make(map[int64]*coordinator.Checkpoint, len(cps))
 	for _, cp := range cps {
 		read[cp.ID] = cp
@@ -314,23 +311,44 @@ func (t *jobTx) begin(name string, hint int64, locked bool) error {
 // beginView is begin for a View: the job, its epochs, the clock and what anyone owes on
 // it, in one statement sent with the queued BEGIN.
 func (t *jobTx) beginView(name string) error {
-	var row jobRow
-	var names []string
-	var epochs []int64
-	cps, found, err := t.query(viewSQL, []any{name}, append(row.dest(), &t.now, &names, &epochs)...)
+	var row viewRow
+	cps, found, err := t.query(viewSQL, []any{name}, row.dest()...)
 	if err != nil {
 		return err
 	}
 	if !found {
 		return coordinator.ErrNotFound
 	}
-	t.job, t.now, t.nowAt = row.get(), t.now.UTC(), time.Now()
-	t.job.Epochs = make(map[string]int64, len(names))
-	for i, n := range names {
-		t.job.Epochs[n] = epochs[i]
-	}
+	t.job, t.now, t.nowAt = row.get(), row.now.UTC(), time.Now()
 	t.owing, t.owingLoaded = cps, true
 	return nil
+}
+
+// viewRow scans the columns viewSQL reads before the checkpoints': the job's, the clock,
+// the epochs.
+type viewRow struct {
+	job    jobRow
+	now    time.Time
+	names  []string
+	epochs []int64
+}
+
+func (r *viewRow) dest() []any { return append(r.job.dest(), &r.now, &r.names, &r.epochs) }
+
+// get returns the job scanned, with its epochs.
+func (r *viewRow) get() *coordinator.Job {
+	j := r.job.get()
+	j.Epochs = epochsOf(r.names, r.epochs)
+	return j
+}
+
+// epochsOf pairs the participants and epochs of a row (epochsSQL's two arrays).
+func epochsOf(names []string, epochs []int64) map[string]int64 {
+	out := make(map[string]int64, len(names))
+	for i, n := range names {
+		out[n] = epochs[i]
+	}
+	return out
 }
 
 // readLocked is begin for a job whose lock this transaction holds.

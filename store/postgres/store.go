@@ -295,28 +295,20 @@ func (s *Store) View(ctx context.Context, job string, fn func(tx coordinator.Job
 // statement sees one snapshot, so it needs neither BEGIN nor COMMIT, and costs one round
 // trip.
 func (s *Store) Owing(ctx context.Context, job, participant string) (*coordinator.Job, time.Time, []*coordinator.Checkpoint, error) {
-	var row jobRow
-	var now time.Time
-	var names []string
-	var epochs []int64
+	var row viewRow
 	var found bool
 	rows, err := s.pool.Query(ctx, viewSQL, job)
 	if err != nil {
 		return nil, time.Time{}, nil, translate(fmt.Errorf("read what %s/%s owes: %w", job, participant, err))
 	}
-	cps, err := scanCheckpoints(&rowsSeen{Rows: rows, seen: &found}, append(row.dest(), &now, &names, &epochs)...)
+	cps, err := scanCheckpoints(&rowsSeen{Rows: rows, seen: &found}, row.dest()...)
 	if err != nil {
 		return nil, time.Time{}, nil, translate(fmt.Errorf("read what %s/%s owes: %w", job, participant, err))
 	}
 	if !found {
 		return nil, time.Time{}, nil, coordinator.ErrNotFound
 	}
-	j := row.get()
-	j.Epochs = make(map[string]int64, len(names))
-	for i, n := range names {
-		j.Epochs[n] = epochs[i]
-	}
-	return j, now.UTC(), owedBy(cps, participant), nil
+	return row.get(), row.now.UTC(), owedBy(cps, participant), nil
 }
 
 func (s *Store) view(ctx context.Context, conn *pgx.Conn, job string, fn func(tx coordinator.JobTx) error) error {
@@ -404,10 +396,7 @@ func scanJob(row pgx.Row) (*coordinator.Job, error) {
 	j.Config.CheckpointTimeout = time.Duration(timeoutMS) * time.Millisecond
 	j.Config.Retention = time.Duration(retentionMS) * time.Millisecond
 	j.CreatedAt, j.UpdatedAt = j.CreatedAt.UTC(), j.UpdatedAt.UTC()
-	j.Epochs = make(map[string]int64, len(names))
-	for i, n := range names {
-		j.Epochs[n] = epochs[i]
-	}
+	j.Epochs = epochsOf(names, epochs)
 	return &j, nil
 }
 

@@ -1,12 +1,10 @@
 package api
 
 import (
-	"bytes"
 	"context"
 	"crypto/rand"
 	"errors"
 	"fmt"
-	"io"
 	"log/slog"
 	"net/http"
 	"runtime/debug"
@@ -93,11 +91,12 @@ func newHandler(ssi StrictServerInterface, opts Options) http.Handler {
 	r.NotFound(pw.notFound)
 	r.MethodNotAllowed(methodNotAllowed(r, pw))
 
+	// No strict middlewares: boundOperations calls ssi as the generated code would with none.
 	strict := NewStrictHandlerWithOptions(ssi, nil, StrictHTTPServerOptions{
 		RequestErrorHandlerFunc:  pw.requestErrorHandler,
 		ResponseErrorHandlerFunc: pw.write,
 	})
-	return HandlerWithOptions(strict, ChiServerOptions{
+	return HandlerWithOptions(boundOperations{ServerInterface: strict, ssi: ssi, pw: pw}, ChiServerOptions{
 		BaseRouter:       r,
 		ErrorHandlerFunc: pw.paramErrorHandler,
 		// The last runs first: the input check, then the bound on long-polls.
@@ -124,12 +123,14 @@ func operationMiddleware(opts Options, pw *problemWriter) MiddlewareFunc {
 				pw.write(w, r, err)
 				return
 			}
-			body, err := checkBody(w, r, opts.MaxBodyBytes, bodySpecFor(r))
+			body, bound, err := checkBody(w, r, opts.MaxBodyBytes, bodySpecFor(r))
 			if err != nil {
 				pw.write(w, r, err)
 				return
 			}
-			r.Body = io.NopCloser(bytes.NewReader(body))
+			cb := &checkedBody{bound: bound}
+			cb.Reset(body)
+			r.Body = cb
 			r.ContentLength = int64(len(body))
 			next.ServeHTTP(w, r)
 		})

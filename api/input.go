@@ -21,6 +21,7 @@ import (
 	"github.com/go-chi/chi/v5"
 
 	"github.com/twophase/coordinator/coordinator"
+	"github.com/twophase/coordinator/internal/rawjson"
 )
 
 // This file is the strict input check that runs before the generated code decodes a body.
@@ -35,6 +36,9 @@ type bodySpec struct {
 	model reflect.Type
 	// required is false when the body may be left out.
 	required bool
+	// bound says that the input check also decodes the body, and an operation of
+	// boundOperations takes it from there instead of decoding it again.
+	bound bool
 }
 
 // requestBodies names, by method and chi route pattern, the operations that take a body,
@@ -46,7 +50,7 @@ var requestBodies = map[string]bodySpec{
 	"POST /v1/jobs/{job}/checkpoints":                         {model: reflect.TypeFor[PrepareRequest]()},
 	"POST /v1/jobs/{job}/checkpoints/{id}/abort":              {model: reflect.TypeFor[AbortRequest]()},
 	"PUT /v1/jobs/{job}/checkpoints/{id}/acks/{participant}":  {model: reflect.TypeFor[AckRequest](), required: true},
-	"PUT /v1/jobs/{job}/checkpoints/{id}/votes/{participant}": {model: reflect.TypeFor[VoteRequest](), required: true},
+	"PUT /v1/jobs/{job}/checkpoints/{id}/votes/{participant}": {model: reflect.TypeFor[VoteRequest](), required: true, bound: true},
 	"POST /v1/tokens":                                         {model: reflect.TypeFor[TokenRequest](), required: true},
 	"POST /v1/jobs/{job}/checkpoints/{id}/commit":             {model: reflect.TypeFor[CommitRequest]()},
 	"POST /v1/jobs/{job}/checkpoints/{id}/complete":           {model: reflect.TypeFor[CompleteRequest]()},
@@ -149,37 +153,56 @@ func queryCaseHint(name string, declared []string) string {
 	return ""
 }
 
+// checkedBody is a request body as the input check read it, handed on to the generated
+// code, with the model value it decoded when its operation's spec is bound (nil
+// otherwise).
+type checkedBody struct {
+	bytes.Reader
+	bound any
+}
+
+func (*checkedBody) Close() error { return nil }
+
 // checkBody reads r's body (at most max bytes) and checks it against spec: declared as
 // JSON, valid UTF-8, exactly one JSON object, only the model's fields, each spelled
 // exactly, at most once, not null, of the right type, and the required ones present. It
-// returns the body as read, to be handed on.
-func checkBody(w http.ResponseWriter, r *http.Request, max int64, spec bodySpec) ([]byte, error) {
+// returns the body as read, to be handed on, and when spec is bound, what it decodes to
+// (a pointer to a new spec.model; nil when the body was left out).
+func checkBody(w http.ResponseWriter, r *http.Request, max int64, spec bodySpec) ([]byte, any, error) {
 	if r.ContentLength > max {
-		return nil, &http.MaxBytesError{Limit: max}
+		return nil, nil, &http.MaxBytesError{Limit: max}
 	}
 	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, max))
 	if err != nil {
 		var tooLarge *http.MaxBytesError
 		if errors.As(err, &tooLarge) {
-			return nil, err
+			return nil, nil, err
 		}
-		return nil, &requestError{code: codeInvalidRequest, detail: "the request body could not be read: " + err.Error()}
+		return nil, nil, &requestError{code: codeInvalidRequest, detail: "the request body could not be read: " + err.Error()}
 	}
 	if len(body) > 0 {
 		if err := checkMediaType(r.Header.Get("Content-Type")); err != nil {
-			return nil, err
+			return nil, nil, err
 		}
 	}
 	if len(bytes.TrimSpace(body)) == 0 {
 		if spec.required {
-			return nil, &requestError{code: codeInvalidRequest, detail: "a JSON body is required (Content-Type: application/json)"}
+			return nil, nil, &requestError{code: codeInvalidRequest, detail: "a JSON body is required (Content-Type: application/json)"}
 		}
-		return body, nil
+		return body, nil, nil
 	}
-	if err := checkJSON(body, spec.model); err != nil {
-		return nil, err
+	members, err := checkJSON(body, spec.model)
+	if err != nil {
+		return nil, nil, err
 	}
-	return body, nil
+	if !spec.bound {
+		return body, nil, nil
+	}
+	bound, err := bind(body, members, spec.model)
+	if err != nil {
+		return nil, nil, err
+	}
+	return body, bound, nil
 }
 
 // checkMediaType accepts application/json and application/*+json, with parameters; a
@@ -205,13 +228,14 @@ func checkMediaType(contentType string) error {
 	return nil
 }
 
-// checkJSON checks body, known to be non-blank, against model (nil: no fields at all).
-func checkJSON(body []byte, model reflect.Type) error {
+// checkJSON checks body, known to be non-blank, against model (nil: no fields at all), and
+// returns its members.
+func checkJSON(body []byte, model reflect.Type) ([]member, error) {
 	if !utf8.Valid(body) {
-		return &requestError{code: codeInvalidRequest, detail: "the body is not valid UTF-8"}
+		return nil, &requestError{code: codeInvalidRequest, detail: "the body is not valid UTF-8"}
 	}
 	var value []byte
-	if json.Valid(body) {
+	if rawjson.Valid(body) {
 		// Exactly one JSON value: json.Valid allows only JSON whitespace around it.
 		value = bytes.TrimSpace(body)
 	} else {
@@ -219,15 +243,15 @@ func checkJSON(body []byte, model reflect.Type) error {
 		dec := json.NewDecoder(bytes.NewReader(body))
 		var raw json.RawMessage
 		if err := dec.Decode(&raw); err != nil {
-			return &requestError{code: codeInvalidRequest, detail: "the body is not valid JSON: " + jsonSyntaxMessage(err)}
+			return nil, &requestError{code: codeInvalidRequest, detail: "the body is not valid JSON: " + jsonSyntaxMessage(err)}
 		}
 		if _, err := dec.Token(); err != io.EOF {
-			return &requestError{code: codeInvalidRequest, detail: fmt.Sprintf("the body must be exactly one JSON value, but more follows at byte %d", dec.InputOffset())}
+			return nil, &requestError{code: codeInvalidRequest, detail: fmt.Sprintf("the body must be exactly one JSON value, but more follows at byte %d", dec.InputOffset())}
 		}
 		value = raw
 	}
 	if value[0] != '{' {
-		return &requestError{code: codeInvalidRequest, detail: "the body must be a JSON object"}
+		return nil, &requestError{code: codeInvalidRequest, detail: "the body must be a JSON object"}
 	}
 	members := objectMembers(value)
 
@@ -258,9 +282,48 @@ func checkJSON(body []byte, model reflect.Type) error {
 		}
 	}
 	if len(problems) > 0 {
-		return invalidFields(problems)
+		return nil, invalidFields(problems)
 	}
-	return nil
+	return members, nil
+}
+
+// bind decodes body, which checkJSON accepted with these members, into a new value of
+// model, and returns a pointer to it: what encoding/json decodes from the body, without
+// reading it all again. A JSON field (json.RawMessage: committables) takes its member's
+// bytes as they are, copied only when they are under half of the body, so that a small
+// value does not keep a large body alive.
+func bind(body []byte, members []member, model reflect.Type) (any, error) {
+	v := reflect.New(model)
+	fields := modelSpecOf(model).fields
+	for _, m := range members {
+		dst := v.Elem().Field(fields[m.name].index) // checkJSON: a field of model, once
+		if dst.Kind() == reflect.Pointer {
+			dst.Set(reflect.New(dst.Type().Elem()))
+			dst = dst.Elem()
+		}
+		switch {
+		case dst.Type() == rawMessageType:
+			raw := m.value
+			if 2*len(raw) < len(body) {
+				raw = bytes.Clone(raw)
+			}
+			dst.SetBytes(raw)
+		case plainString(m.value, dst.Type()):
+			dst.SetString(string(m.value[1 : len(m.value)-1]))
+		default:
+			if err := json.Unmarshal(m.value, dst.Addr().Interface()); err != nil {
+				return nil, &requestError{code: codeInvalidRequest, detail: fmt.Sprintf("%s: %v", m.name, err)}
+			}
+		}
+	}
+	return v.Interface(), nil
+}
+
+// plainString reports whether value is a JSON string without escapes, for a field of
+// type t that decodes it as it is.
+func plainString(value []byte, t reflect.Type) bool {
+	return t.Kind() == reflect.String && value[0] == '"' && bytes.IndexByte(value, '\\') < 0 &&
+		!reflect.PointerTo(t).Implements(jsonUnmarshalerType) && !reflect.PointerTo(t).Implements(textUnmarshalerType)
 }
 
 // member is one name/value pair of a JSON object, in the order of the text.
@@ -398,6 +461,7 @@ func modelSpecOf(model reflect.Type) *modelSpec {
 // modelField is one field of a generated body type.
 type modelField struct {
 	typ      reflect.Type
+	index    int // in the struct
 	required bool
 }
 
@@ -415,7 +479,7 @@ func modelFields(model reflect.Type) map[string]modelField {
 		if name == "" || name == "-" {
 			continue
 		}
-		out[name] = modelField{typ: sf.Type, required: !strings.Contains(opts, "omitempty")}
+		out[name] = modelField{typ: sf.Type, index: i, required: !strings.Contains(opts, "omitempty")}
 	}
 	return out
 }

@@ -90,7 +90,7 @@ func BenchmarkCheckJSON(b *testing.B) {
 	model := reflect.TypeFor[VoteRequest]()
 	b.ReportAllocs()
 	for b.Loop() {
-		if err := checkJSON(body, model); err != nil {
+		if _, err := checkJSON(body, model); err != nil {
 			b.Fatal(err)
 		}
 	}

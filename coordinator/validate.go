@@ -1,14 +1,14 @@
 package coordinator
 
 import (
-	"bytes"
-	"encoding/json"
 	"fmt"
 	"math"
 	"regexp"
 	"strings"
 	"time"
 	"unicode/utf8"
+
+	"github.com/twophase/coordinator/internal/rawjson"
 )
 
 // namePattern is the rule for names, as error messages quote it; ValidName checks it
@@ -215,13 +215,10 @@ func validateReason(f *fieldErrors, reason string) {
 }
 
 // CompactJSON returns the JSON text without insignificant white space, so that the same
-// values in the same order compare equal byte for byte.
+// values in the same order compare equal byte for byte, or an error if raw is not one JSON
+// value. Text that has no such white space is returned as it is (raw itself, not a copy).
 func CompactJSON(raw []byte) ([]byte, error) {
-	var b bytes.Buffer
-	if err := json.Compact(&b, raw); err != nil {
-		return nil, err
-	}
-	return b.Bytes(), nil
+	return rawjson.Compact(raw)
 }
 
 func validIdempotencyKey(k string) bool {

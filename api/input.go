@@ -172,7 +172,7 @@ func checkBody(w http.ResponseWriter, r *http.Request, max int64, spec bodySpec)
 	if r.ContentLength > max {
 		return nil, nil, &http.MaxBytesError{Limit: max}
 	}
-	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, max))
+	body, err := readBody(http.MaxBytesReader(w, r.Body, max), r.ContentLength)
 	if err != nil {
 		var tooLarge *http.MaxBytesError
 		if errors.As(err, &tooLarge) {
@@ -203,6 +203,23 @@ func checkBody(w http.ResponseWriter, r *http.Request, max int64, spec bodySpec)
 		return nil, nil, err
 	}
 	return body, bound, nil
+}
+
+// readBody reads a request body of size bytes (its Content-Length; -1 when unknown, as
+// with chunked transfer) in one buffer of that size: at a few kilobytes and more, reading
+// into a growing buffer costs a read call and a copy per step.
+func readBody(body io.Reader, size int64) ([]byte, error) {
+	if size <= 0 {
+		return io.ReadAll(body)
+	}
+	b := make([]byte, size)
+	if _, err := io.ReadFull(body, b); err != nil {
+		if errors.Is(err, io.EOF) {
+			err = io.ErrUnexpectedEOF
+		}
+		return nil, err
+	}
+	return b, nil
 }
 
 // checkMediaType accepts application/json and application/*+json, with parameters; a
@@ -338,71 +355,15 @@ type member struct {
 // against their field's type afterwards.
 func objectMembers(object []byte) []member {
 	var out []member
-	i := skipSpace(object, 1) // past '{'
-	for object[i] != '}' {
-		end := stringEnd(object, i)
-		name := string(object[i+1 : end-1])
-		if bytes.IndexByte(object[i:end], '\\') >= 0 {
-			_ = json.Unmarshal(object[i:end], &name) // valid: cannot fail
+	for quoted, value := range rawjson.Members(object) {
+		name := string(quoted[1 : len(quoted)-1])
+		if bytes.IndexByte(quoted, '\\') >= 0 {
+			_ = json.Unmarshal(quoted, &name) // valid: cannot fail
 		}
-		i = skipSpace(object, skipSpace(object, end)+1) // past ':'
-		vEnd := valueEnd(object, i)
 		dup := slices.ContainsFunc(out, func(m member) bool { return m.name == name })
-		out = append(out, member{name: name, value: object[i:vEnd], duplicate: dup})
-		i = skipSpace(object, vEnd)
-		if object[i] == ',' {
-			i = skipSpace(object, i+1)
-		}
+		out = append(out, member{name: name, value: value, duplicate: dup})
 	}
 	return out
-}
-
-// skipSpace returns the index of the first byte of b from i on that is not JSON whitespace.
-func skipSpace(b []byte, i int) int {
-	for i < len(b) && (b[i] == ' ' || b[i] == '\t' || b[i] == '\n' || b[i] == '\r') {
-		i++
-	}
-	return i
-}
-
-// stringEnd returns the index just past the valid JSON string that begins at b[i].
-func stringEnd(b []byte, i int) int {
-	for j := i + 1; ; j++ {
-		switch b[j] {
-		case '\\':
-			j++ // the escaped byte (the rest of a \uXXXX escape has no quote)
-		case '"':
-			return j + 1
-		}
-	}
-}
-
-// valueEnd returns the index just past the valid JSON value that begins at b[i].
-func valueEnd(b []byte, i int) int {
-	switch b[i] {
-	case '"':
-		return stringEnd(b, i)
-	case '{', '[':
-		depth := 0
-		for j := i; ; j++ {
-			switch b[j] {
-			case '"':
-				j = stringEnd(b, j) - 1
-			case '{', '[':
-				depth++
-			case '}', ']':
-				if depth--; depth == 0 {
-					return j + 1
-				}
-			}
-		}
-	default: // a number, true, false or null: up to the next delimiter
-		j := i
-		for j < len(b) && !strings.ContainsRune(",}] \t\n\r", rune(b[j])) {
-			j++
-		}
-		return j
-	}
 }
 
 // fitsType reports whether value, a valid JSON value, decodes into t without error, for

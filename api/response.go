@@ -24,9 +24,12 @@ func writeJSON(w http.ResponseWriter, contentType string, status int, body any) 
 	if err := enc.Encode(out.swap(body)); err != nil {
 		return err
 	}
+	text := out.putBack(buf.Bytes())
 	w.Header().Set("Content-Type", contentType)
+	// Declared, an answer goes out in one piece, not in chunks of a few kilobytes.
+	w.Header().Set("Content-Length", strconv.Itoa(len(text)))
 	w.WriteHeader(status)
-	_, err := w.Write(out.putBack(buf.Bytes()))
+	_, err := w.Write(text)
 	return err
 }
 

@@ -156,7 +156,13 @@ func (c *benchClient) do(ctx context.Context, method, path string, body []byte, 
 			detail: fmt.Sprintf("%s %s: %d, want %d: %.200s", method, path, status, want, buf.String())}
 	}
 	if into != nil {
-		if err := json.Unmarshal(buf.Bytes(), into); err != nil {
+		var err error
+		if d, ok := into.(answerDecoder); ok {
+			err = d.decodeAnswer(buf.Bytes())
+		} else {
+			err = json.Unmarshal(buf.Bytes(), into)
+		}
+		if err != nil {
 			return sent, &requestError{code: "bad_json", detail: fmt.Sprintf("%s %s: %v in %.200s", method, path, err, buf.String())}
 		}
 	}

@@ -17,6 +17,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"iter"
 )
 
 // maxDepth is encoding/json's limit of nested arrays and objects.
@@ -81,9 +82,96 @@ func Compact(b []byte) ([]byte, error) {
 	return out, nil
 }
 
-// stringEnd returns the index just past the string that begins at b[i], known valid.
+// ValueEnd returns the index just past the JSON value that begins at b[i], in text that
+// Valid accepts. On other text its answer means nothing, and it may panic.
+func ValueEnd(b []byte, i int) int {
+	switch b[i] {
+	case '"':
+		return stringEnd(b, i)
+	case '{', '[':
+		depth := 0
+		for j := i; ; j++ {
+			switch b[j] {
+			case '"':
+				j = stringEnd(b, j) - 1
+			case '{', '[':
+				depth++
+			case '}', ']':
+				if depth--; depth == 0 {
+					return j + 1
+				}
+			}
+		}
+	}
+	// A number, true, false or null: up to the next delimiter.
+	j := i
+	for j < len(b) && !space[b[j]] && b[j] != ',' && b[j] != '}' && b[j] != ']' {
+		j++
+	}
+	return j
+}
+
+// Members yields each member of object, a JSON object that Valid accepts (white space
+// around it or inside is allowed), in the order of the text: its name as written (the
+// quoted string, escapes as they are) and its value's text.
+func Members(object []byte) iter.Seq2[[]byte, []byte] {
+	return func(yield func(name, value []byte) bool) {
+		i := skipSpace(object, 0) + 1 // past '{'
+		for {
+			i = skipSpace(object, i)
+			if object[i] == '}' {
+				return
+			}
+			end := stringEnd(object, i)
+			name := object[i:end]
+			i = skipSpace(object, skipSpace(object, end)+1) // past ':'
+			vEnd := ValueEnd(object, i)
+			if !yield(name, object[i:vEnd]) {
+				return
+			}
+			i = skipSpace(object, vEnd)
+			if object[i] == ',' {
+				i++
+			}
+		}
+	}
+}
+
+// Elements yields the text of each element of array, a JSON array that Valid accepts.
+func Elements(array []byte) iter.Seq[[]byte] {
+	return func(yield func(value []byte) bool) {
+		i := skipSpace(array, 0) + 1 // past '['
+		for {
+			i = skipSpace(array, i)
+			if array[i] == ']' {
+				return
+			}
+			end := ValueEnd(array, i)
+			if !yield(array[i:end]) {
+				return
+			}
+			i = skipSpace(array, end)
+			if array[i] == ',' {
+				i++
+			}
+		}
+	}
+}
+
+func skipSpace(b []byte, i int) int {
+	for i < len(b) && space[b[i]] {
+		i++
+	}
+	return i
+}
+
+// stringEnd returns the index just past the string that begins at b[i], in valid text.
 func stringEnd(b []byte, i int) int {
+	n := len(b)
 	for i++; ; i++ {
+		for i+8 <= n && plain8(binary.LittleEndian.Uint64(b[i:])) {
+			i += 8
+		}
 		switch b[i] {
 		case '\\':
 			i++

@@ -99,6 +99,60 @@ func same(t *testing.T, b []byte) {
 	if !bytes.Equal(b, orig) {
 		t.Fatalf("input changed: %q became %q", orig, b)
 	}
+	if want {
+		sameParts(t, b)
+	}
+}
+
+// sameParts fails t unless Members, Elements and ValueEnd find in b, a valid value, what
+// encoding/json finds.
+func sameParts(t *testing.T, b []byte) {
+	t.Helper()
+	v := bytes.TrimLeft(b, " \t\r\n")
+	if end := ValueEnd(v, 0); !bytes.Equal(bytes.TrimRight(v, " \t\r\n"), v[:end]) {
+		t.Fatalf("ValueEnd(%q) = %d", v, end)
+	}
+	switch v[0] {
+	case '[':
+		var want []json.RawMessage
+		if err := json.Unmarshal(b, &want); err != nil {
+			t.Fatal(err)
+		}
+		var got [][]byte
+		for e := range Elements(b) {
+			got = append(got, e)
+		}
+		if len(got) != len(want) {
+			t.Fatalf("Elements(%q): %d, encoding/json %d", b, len(got), len(want))
+		}
+		for i := range got {
+			if !bytes.Equal(got[i], want[i]) {
+				t.Fatalf("Elements(%q)[%d] = %q, encoding/json %q", b, i, got[i], want[i])
+			}
+		}
+	case '{':
+		dec := json.NewDecoder(bytes.NewReader(b))
+		if _, err := dec.Token(); err != nil {
+			t.Fatal(err)
+		}
+		for name, value := range Members(b) {
+			if !dec.More() {
+				t.Fatalf("Members(%q): more than encoding/json finds", b)
+			}
+			tok, _ := dec.Token()
+			var wantName string
+			if err := json.Unmarshal(name, &wantName); err != nil || wantName != tok.(string) {
+				t.Fatalf("Members(%q): name %s, encoding/json %q", b, name, tok)
+			}
+			var wantValue json.RawMessage
+			if err := dec.Decode(&wantValue); err != nil || !bytes.Equal(value, wantValue) {
+				t.Fatalf("Members(%q): value %q, encoding/json %q", b, value, wantValue)
+			}
+		}
+		if dec.More() {
+			t.Fatalf("Members(%q): fewer than encoding/json finds", b)
+		}
+	}
 }
 
 func FuzzAgreesWithEncodingJSON(f *testing.F) {

@@ -47,6 +47,7 @@ type benchConfig struct {
 	allowErrors       bool
 
 	floor         bool
+	http2         bool
 	pgbenchURL    string
 	pgbenchPath   string
 	pgbenchScale  int
@@ -78,6 +79,10 @@ func defineBench(cfg *benchConfig) *cli.Settings {
 	fs.StringVar(&cfg.token, "token", "", "`token` sent with every request (Authorization: Bearer), for a coordinator with authentication on: "+
 		"one that may create jobs, open checkpoints and act as every participant, e.g. the admin token")
 	flagOnly("token")
+	fs.BoolVar(&cfg.http2, "http2", false, "speak HTTP/2 (h2c with prior knowledge to an http:// coordinator, negotiated over https://, as "+
+		"coordinatorclient.Options.UnencryptedHTTP2 does) through net/http's client: the requests of every job share a few connections "+
+		"instead of one connection each")
+	flagOnly("http2")
 	fs.BoolVar(&cfg.full, "full", false, "ask for full answers to votes and acks (every participant's entry), as curl gets them, instead of "+
 		"minimal ones (Prefer: return=minimal: the voter's entry and the counts), as the client libraries ask")
 	flagOnly("full")
@@ -327,6 +332,9 @@ func runBench(ctx context.Context, cfg benchConfig, progress io.Writer) (*benchR
 	client := newBenchClient(cfg.url)
 	client.authorization = bearer(cfg.token)
 	client.minimal = !cfg.full
+	if cfg.http2 {
+		client.speakHTTP2()
+	}
 	defer client.close()
 
 	var rss *rssSampler

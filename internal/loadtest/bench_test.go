@@ -13,6 +13,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -327,5 +328,40 @@ func TestCommittablesJSONSize(t *testing.T) {
 		if len(b) != n || json.Unmarshal(b, &v) != nil {
 			t.Errorf("committablesJSON(%d) = %q", n, b)
 		}
+	}
+}
+
+// TestBenchHTTP2 runs the bench with --http2 against a coordinator serving h2c: every
+// request goes over HTTP/2, and every round passes its checks, 16 KiB committables included.
+func TestBenchHTTP2(t *testing.T) {
+	t.Parallel()
+	protocols := new(http.Protocols)
+	protocols.SetHTTP1(true)
+	protocols.SetUnencryptedHTTP2(true)
+	var h1, h2 atomic.Int64
+	count := func(next http.Handler) http.Handler {
+		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			if r.ProtoMajor == 2 {
+				h2.Add(1)
+			} else {
+				h1.Add(1)
+			}
+			next.ServeHTTP(w, r)
+		})
+	}
+	base, logs := startCoordinatorWith(t, pgtest.URL(t), protocols, count)
+	code, rep, progress := benchJSON(t, "--url", base, "--http2", "--jobs", "2", "--committables-bytes", "16384",
+		"--duration", "1s", "--warmup", "200ms")
+	if code != cli.ExitOK || !rep.OK {
+		t.Fatalf("bench exited %d, verdict %q; progress:\n%s\ncoordinator log:\n%s", code, rep.Verdict, progress, logs.String())
+	}
+	if rep.Rounds == 0 || rep.FailedRounds != 0 || len(rep.CheckFailures) != 0 {
+		t.Errorf("report: %d rounds, %d failed, check failures %v", rep.Rounds, rep.FailedRounds, rep.CheckFailures)
+	}
+	if rep.Protocol != "HTTP/2 (h2c)" {
+		t.Errorf("report says protocol %q, want HTTP/2 (h2c)", rep.Protocol)
+	}
+	if h2.Load() == 0 || h1.Load() != 0 {
+		t.Errorf("the coordinator saw %d HTTP/2 and %d HTTP/1.1 requests, want HTTP/2 only", h2.Load(), h1.Load())
 	}
 }

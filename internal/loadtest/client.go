@@ -39,8 +39,66 @@ type benchClient struct {
 	tls     *tls.Config
 	dialer  net.Dialer
 
+	// h2, when set, carries every request instead (--http2): net/http's HTTP/2 client,
+	// whose streams share a few connections, with prior knowledge over http:// (h2c).
+	h2 *http.Client
+
 	mu   sync.Mutex
 	idle []*benchConn
+}
+
+// speakHTTP2 makes c send its requests over HTTP/2 (h2c with prior knowledge to an http://
+// URL, negotiated over https://), with net/http's client.
+func (c *benchClient) speakHTTP2() {
+	tr := &http.Transport{
+		DialContext:         c.dialer.DialContext,
+		MaxIdleConnsPerHost: 64,
+		IdleConnTimeout:     90 * time.Second,
+		Protocols:           new(http.Protocols),
+	}
+	if c.tls != nil {
+		tr.TLSClientConfig = c.tls
+		tr.Protocols.SetHTTP2(true)
+	} else {
+		tr.Protocols.SetUnencryptedHTTP2(true)
+	}
+	c.h2 = &http.Client{Transport: tr}
+}
+
+// exchangeHTTP2 is exchange over c.h2.
+func (c *benchClient) exchangeHTTP2(ctx context.Context, method, path string, body []byte, into *bytes.Buffer) (sent time.Time, status int, err error) {
+	var rd io.Reader
+	if body != nil {
+		rd = bytes.NewReader(body)
+	}
+	scheme := "http://"
+	if c.tls != nil {
+		scheme = "https://"
+	}
+	req, err := http.NewRequestWithContext(ctx, method, scheme+c.host+c.prefix+path, rd)
+	if err != nil {
+		return time.Now(), 0, err
+	}
+	req.Header.Set("User-Agent", "coordinator-bench")
+	if c.authorization != "" {
+		req.Header.Set("Authorization", c.authorization)
+	}
+	if c.minimal && method == http.MethodPut {
+		req.Header.Set("Prefer", "return=minimal")
+	}
+	if body != nil {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	sent = time.Now() // before anything is written, as in exchange
+	resp, err := c.h2.Do(req)
+	if err != nil {
+		return sent, 0, err
+	}
+	defer resp.Body.Close()
+	if _, err := into.ReadFrom(resp.Body); err != nil {
+		return sent, 0, err
+	}
+	return sent, resp.StatusCode, nil
 }
 
 type benchConn struct {
@@ -70,6 +128,9 @@ func newBenchClient(base string) *benchClient {
 }
 
 func (c *benchClient) close() {
+	if c.h2 != nil {
+		c.h2.CloseIdleConnections()
+	}
 	c.mu.Lock()
 	idle := c.idle
 	c.idle = nil
@@ -174,6 +235,9 @@ var errStaleConn = errors.New("the kept-alive connection was closed before the a
 
 // exchange writes the request on a connection and reads the answer's body into into.
 func (c *benchClient) exchange(ctx context.Context, method, path string, body []byte, into *bytes.Buffer) (sent time.Time, status int, err error) {
+	if c.h2 != nil {
+		return c.exchangeHTTP2(ctx, method, path, body, into)
+	}
 	conn, reused, err := c.conn(ctx)
 	if err != nil {
 		return time.Now(), 0, err

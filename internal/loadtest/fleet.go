@@ -965,7 +965,7 @@ func cpuOver(d time.Duration, window float64) float64 {
 func (r *fleetRun) report(target targetInfo, start, end *fleetSnap, interrupted bool, rss *rssSampler) *fleetReport {
 	cfg := r.cfg
 	rep := &fleetReport{URL: cfg.url, Build: target.Version, GoVersion: target.GoVersion, Store: target.Store,
-		Mode: "triggers", Protocol: fleetProtocol(cfg), Jobs: cfg.jobs, Participants: cfg.participants, JobPrefix: cfg.jobPrefix,
+		Mode: "triggers", Protocol: protocolName(cfg.http2, cfg.url), Jobs: cfg.jobs, Participants: cfg.participants, JobPrefix: cfg.jobPrefix,
 		WaitSeconds: cfg.wait.Seconds(), WarmupSeconds: cfg.warmup.Seconds(), Interrupted: interrupted, MachineCPUs: runtime.NumCPU(),
 		Latency: map[string]latencySummary{}, RequestsByKind: map[string]kindCount{},
 		AllOpened: r.opened.Load(), AllCommitted: r.committed.Load(), Aborts: r.aborts.Load(),
@@ -1124,12 +1124,13 @@ func sumCounts(m map[string]int64) int64 {
 	return n
 }
 
-// fleetProtocol is what the runners speak to the coordinator.
-func fleetProtocol(cfg fleetConfig) string {
+// protocolName is what a load tool with --http2 set to http2 speaks to the coordinator at
+// url.
+func protocolName(http2 bool, url string) string {
 	switch {
-	case !cfg.http2:
+	case !http2:
 		return "HTTP/1.1"
-	case strings.HasPrefix(cfg.url, "https://"):
+	case strings.HasPrefix(url, "https://"):
 		return "HTTP/2"
 	}
 	return "HTTP/2 (h2c)"

@@ -153,6 +153,7 @@ type benchReport struct {
 	Build             string `json:"build"`      // the coordinator's version
 	GoVersion         string `json:"go_version"` // the Go release it was built with
 	Store             string `json:"store"`      // postgres or embedded
+	Protocol          string `json:"protocol"`   // "HTTP/1.1", "HTTP/2" or "HTTP/2 (h2c)": what the bench spoke
 	Jobs              int    `json:"jobs"`
 	Participants      int    `json:"participants"`
 	CommittablesBytes int    `json:"committables_bytes"`
@@ -217,7 +218,8 @@ func (r *benchRun) report(rss *rssSampler) *benchReport {
 	defer s.mu.Unlock()
 	rep := &benchReport{
 		URL: r.cfg.url, Build: r.target.Version, GoVersion: r.target.GoVersion, Store: r.target.Store,
-		Jobs: r.cfg.jobs, Participants: r.cfg.participants, CommittablesBytes: r.cfg.committablesBytes, JobPrefix: r.cfg.jobPrefix,
+		Protocol: protocolName(r.cfg.http2, r.cfg.url),
+		Jobs:     r.cfg.jobs, Participants: r.cfg.participants, CommittablesBytes: r.cfg.committablesBytes, JobPrefix: r.cfg.jobPrefix,
 		WarmupSeconds: r.cfg.warmup.Seconds(),
 		Rounds:        s.rounds, FailedRounds: s.failedRounds, Requests: s.requests, StateChanges: s.stateChanges,
 		Latency: map[string]latencySummary{},
@@ -296,8 +298,8 @@ var latencyLabels = map[string]string{
 }
 
 func (rep *benchReport) writeText(w io.Writer) {
-	fmt.Fprintf(w, "\ncoordinator bench: %s, %d jobs x %d participants, committables %d B, %s\n",
-		rep.URL, rep.Jobs, rep.Participants, rep.CommittablesBytes, describeTarget(rep.Build, rep.GoVersion, rep.Store))
+	fmt.Fprintf(w, "\ncoordinator bench: %s over %s, %d jobs x %d participants, committables %d B, %s\n",
+		rep.URL, rep.Protocol, rep.Jobs, rep.Participants, rep.CommittablesBytes, describeTarget(rep.Build, rep.GoVersion, rep.Store))
 	fmt.Fprintf(w, "measured %.2fs after a %.1fs warm-up%s\n", rep.ElapsedSeconds, rep.WarmupSeconds, map[bool]string{true: " (interrupted)"}[rep.Interrupted])
 	fmt.Fprintf(w, "  rounds          %9d  %10.1f /s   (%d failed)\n", rep.Rounds, rep.RoundsPerSecond, rep.FailedRounds)
 	fmt.Fprintf(w, "  HTTP requests   %9d  %10.1f /s\n", rep.Requests, rep.RequestsPerSecond)

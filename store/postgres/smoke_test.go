@@ -1,9 +1,13 @@
 package postgres_test
 
 import (
+	"bytes"
 	"context"
+	"strings"
 	"testing"
 	"time"
+
+	"github.com/jackc/pgx/v5"
 
 	"github.com/twophase/coordinator/coordinator"
 	"github.com/twophase/coordinator/store/pgtest"
@@ -46,5 +50,49 @@ func TestSmokeRound(t *testing.T) {
 	cp, err = svc.Ack(ctx, "orders", 1, "b", rb.Epoch)
 	if err != nil || cp.Status != coordinator.StatusCommitted {
 		t.Fatal(cp, err)
+	}
+}
+
+// Large committables are stored compressed with lz4 where the server has it (the PostgreSQL
+// the tests run on does), and read back byte for byte.
+func TestLargeCommittablesCompressWithLZ4(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	url := pgtest.URL(t)
+	st, err := postgres.Open(ctx, url, postgres.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	svc := coordinator.NewService(st, nil)
+	if _, _, err := svc.PutJob(ctx, "files", coordinator.JobConfig{Participants: []string{"a"}, CheckpointTimeout: time.Minute, MaxConcurrentCheckpoints: 1, AutoCommit: true}); err != nil {
+		t.Fatal(err)
+	}
+	reg, err := svc.Register(ctx, "files", "a")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := svc.Prepare(ctx, "files", coordinator.PrepareRequest{}); err != nil {
+		t.Fatal(err)
+	}
+	committables := []byte(`["` + strings.Repeat("part-00042.parquet ", 1000) + `"]`)
+	if _, err := svc.Vote(ctx, "files", 1, "a", coordinator.Vote{Epoch: reg.Epoch, Kind: coordinator.VotePrepared, Committables: committables}); err != nil {
+		t.Fatal(err)
+	}
+	conn, err := pgx.Connect(ctx, url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(ctx)
+	var method *string
+	if err := conn.QueryRow(ctx, "SELECT pg_column_compression(committables) FROM checkpoint_participants WHERE job = 'files'").Scan(&method); err != nil {
+		t.Fatal(err)
+	}
+	if method == nil || *method != "lz4" {
+		t.Errorf("committables of %d bytes stored with compression %v, want lz4", len(committables), method)
+	}
+	got, err := svc.GetCheckpoint(ctx, "files", 1, 0)
+	if err != nil || !bytes.Equal(got.Participants[0].Committables, committables) {
+		t.Fatalf("read back %d bytes, %v; want the %d sent", len(got.Participants[0].Committables), err, len(committables))
 	}
 }

@@ -29,15 +29,18 @@ func (a *statusAnswer) decodeAnswer(text []byte) error {
 		return errNotJSON
 	}
 	*a = statusAnswer{}
-	return objectFields(text, func(name string, value []byte) error {
-		switch name {
-		case "id":
-			return decodeInt(value, &a.ID)
-		case "status":
-			return decodeString(value, &a.Status)
-		}
-		return nil
-	})
+	return objectFields(text, a.field)
+}
+
+// field decodes the member name of a checkpoint, if it is one of a statusAnswer's.
+func (a *statusAnswer) field(name string, value []byte) error {
+	switch name {
+	case "id":
+		return decodeInt(value, &a.ID)
+	case "status":
+		return decodeString(value, &a.Status)
+	}
+	return nil
 }
 
 func (a *checkpointAnswer) decodeAnswer(text []byte) error {
@@ -47,10 +50,6 @@ func (a *checkpointAnswer) decodeAnswer(text []byte) error {
 	*a = checkpointAnswer{}
 	return objectFields(text, func(name string, value []byte) error {
 		switch name {
-		case "id":
-			return decodeInt(value, &a.ID)
-		case "status":
-			return decodeString(value, &a.Status)
 		case "abort_reason":
 			return json.Unmarshal(value, &a.AbortReason)
 		case "participants":
@@ -69,7 +68,7 @@ func (a *checkpointAnswer) decodeAnswer(text []byte) error {
 				a.Participants = append(a.Participants, p)
 			}
 		}
-		return nil
+		return a.statusAnswer.field(name, value)
 	})
 }
 

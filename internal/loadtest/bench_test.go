@@ -13,7 +13,6 @@ import (
 	"strconv"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -335,21 +334,7 @@ func TestCommittablesJSONSize(t *testing.T) {
 // request goes over HTTP/2, and every round passes its checks, 16 KiB committables included.
 func TestBenchHTTP2(t *testing.T) {
 	t.Parallel()
-	protocols := new(http.Protocols)
-	protocols.SetHTTP1(true)
-	protocols.SetUnencryptedHTTP2(true)
-	var h1, h2 atomic.Int64
-	count := func(next http.Handler) http.Handler {
-		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-			if r.ProtoMajor == 2 {
-				h2.Add(1)
-			} else {
-				h1.Add(1)
-			}
-			next.ServeHTTP(w, r)
-		})
-	}
-	base, logs := startCoordinatorWith(t, pgtest.URL(t), protocols, count)
+	base, logs, h1, h2 := startH2CCoordinator(t)
 	code, rep, progress := benchJSON(t, "--url", base, "--http2", "--jobs", "2", "--committables-bytes", "16384",
 		"--duration", "1s", "--warmup", "200ms")
 	if code != cli.ExitOK || !rep.OK {

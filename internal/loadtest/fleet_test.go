@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"net/http"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -130,22 +131,7 @@ func TestFleetIdle(t *testing.T) {
 // request of the runners and triggers goes over HTTP/2, and every checkpoint commits.
 func TestFleetHTTP2(t *testing.T) {
 	t.Parallel()
-	protocols := new(http.Protocols)
-	protocols.SetHTTP1(true)
-	protocols.SetUnencryptedHTTP2(true)
-	var h1, h2 atomic.Int64
-	count := func(next http.Handler) http.Handler {
-		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-			switch {
-			case r.ProtoMajor == 2:
-				h2.Add(1)
-			case r.URL.Path != "/v1/info": // the report's look at the build, by the bench's client
-				h1.Add(1)
-			}
-			next.ServeHTTP(w, r)
-		})
-	}
-	base, logs := startCoordinatorWith(t, pgtest.URL(t), protocols, count)
+	base, logs, h1, h2 := startH2CCoordinator(t, "/v1/info") // the report's look at the build, by the bench's client
 	code, rep, stderr := fleetJSON(t, "--url", base, "--http2", "--jobs", "2", "--participants", "2", "--interval", "200ms",
 		"--warmup", "500ms", "--duration", "1s")
 	if code != cli.ExitOK || !rep.OK {
@@ -160,6 +146,30 @@ func TestFleetHTTP2(t *testing.T) {
 	if rep.AllCheckpoints == 0 || rep.NotCommitted != 0 {
 		t.Errorf("listed %d checkpoints, %d not committed; want all committed", rep.AllCheckpoints, rep.NotCommitted)
 	}
+}
+
+// startH2CCoordinator starts a coordinator serving HTTP/1.1 and h2c, and counts the
+// requests it gets over each, but for those to the paths in uncounted.
+func startH2CCoordinator(t *testing.T, uncounted ...string) (base string, logs *logBuffer, h1, h2 *atomic.Int64) {
+	t.Helper()
+	protocols := new(http.Protocols)
+	protocols.SetHTTP1(true)
+	protocols.SetUnencryptedHTTP2(true)
+	h1, h2 = new(atomic.Int64), new(atomic.Int64)
+	count := func(next http.Handler) http.Handler {
+		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			switch {
+			case slices.Contains(uncounted, r.URL.Path):
+			case r.ProtoMajor == 2:
+				h2.Add(1)
+			default:
+				h1.Add(1)
+			}
+			next.ServeHTTP(w, r)
+		})
+	}
+	base, logs = startCoordinatorWith(t, pgtest.URL(t), protocols, count)
+	return base, logs, h1, h2
 }
 
 // TestFleetFlags refuses settings that would measure nothing sensible.

@@ -15,8 +15,7 @@ import (
 // The parts of the answers that the checks read.
 type (
 	checkpointAnswer struct {
-		ID           int64               `json:"id"`
-		Status       string              `json:"status"`
+		statusAnswer
 		AbortReason  *string             `json:"abort_reason"`
 		Participants []participantAnswer `json:"participants"`
 	}

@@ -253,7 +253,7 @@ func checkJSON(body []byte, model reflect.Type) ([]member, error) {
 	}
 	var value []byte
 	if rawjson.Valid(body) {
-		// Exactly one JSON value: json.Valid allows only JSON whitespace around it.
+		// Exactly one JSON value: rawjson.Valid, as json.Valid, allows only white space around it.
 		value = bytes.TrimSpace(body)
 	} else {
 		// Decode it to say what is wrong, and where.
@@ -350,7 +350,7 @@ type member struct {
 	duplicate bool
 }
 
-// objectMembers lists the members of object, a valid JSON object (json.Valid), marking
+// objectMembers lists the members of object, a valid JSON object (rawjson.Valid), marking
 // repeated names. It only finds where each value begins and ends: the values are checked
 // against their field's type afterwards.
 func objectMembers(object []byte) []member {

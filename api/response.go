@@ -26,8 +26,6 @@ func writeJSON(w http.ResponseWriter, contentType string, status int, body any) 
 	}
 	text := out.putBack(buf.Bytes())
 	w.Header().Set("Content-Type", contentType)
-	// Declared, an answer goes out in one piece, not in chunks of a few kilobytes.
-	w.Header().Set("Content-Length", strconv.Itoa(len(text)))
 	w.WriteHeader(status)
 	_, err := w.Write(text)
 	return err

@@ -20,6 +20,8 @@ type Service struct {
 	// maxCheckpointBytes is JobState.MaxCheckpointBytes.
 	maxCheckpointBytes int64
 	observer           Observer
+	// owingReads shares the reads of pending's long-polls.
+	owingReads *owingReads
 }
 
 // NewService returns a Service on store. A nil logger discards.
@@ -28,7 +30,7 @@ func NewService(store Store, logger *slog.Logger, opts ...ServiceOption) *Servic
 		logger = slog.New(slog.DiscardHandler)
 	}
 	s := &Service{store: store, logger: logger, closing: make(chan struct{}), maxCheckpointBytes: DefaultMaxCheckpointBytes,
-		observer: noObserver{}}
+		observer: noObserver{}, owingReads: newOwingReads()}
 	for _, o := range opts {
 		o(s)
 	}
@@ -290,10 +292,12 @@ func (s *Service) Pending(ctx context.Context, job, participant string, wait tim
 	}
 }
 
-// pending reads what participant owes now.
+// pending reads what participant owes now, in a read it may share with the other
+// participants of job asking at the same moment.
 func (s *Service) pending(ctx context.Context, job, participant string) (*Pending, error) {
-	j, now, owing, err := s.store.Owing(ctx, job, participant)
+	j, now, owing, err := s.owingReads.read(ctx, s.store, job)
 	if err == nil {
+		owing = forParticipant(owing, participant)
 		err = CheckParticipant(j, owing, participant)
 	}
 	if err != nil {

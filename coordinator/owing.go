@@ -1,0 +1,85 @@
+package coordinator
+
+import (
+	"context"
+	"errors"
+	"runtime"
+	"slices"
+	"sync"
+	"time"
+)
+
+// owingReads shares the reads behind pending between the callers that want one of the same
+// job at the same moment. One change to a job wakes every long-poll waiting on it (each
+// participant of the job has one), and each would read the job by itself: one read of what
+// anyone owes (Store.Owing with no participant, what a read for one participant costs
+// anyway) serves them all.
+//
+// A caller joins only a read that has not been sent yet, so the read it gets began after it
+// asked and sees every change made before: what a read of its own would have seen, or
+// later. A read is sent once its first caller has let the goroutines woken with it run.
+type owingReads struct {
+	mu   sync.Mutex
+	open map[string]*owingRead // per job, the read that callers may still join
+}
+
+// owingRead is one read of a job and what anyone owes in it, shared by its callers, which
+// only read what it holds.
+type owingRead struct {
+	done  chan struct{}
+	job   *Job
+	now   time.Time
+	owing []*Checkpoint
+	err   error
+}
+
+func newOwingReads() *owingReads {
+	return &owingReads{open: map[string]*owingRead{}}
+}
+
+// read returns job, the database's clock and the checkpoints in which anyone may owe
+// something, read once the call began.
+func (r *owingReads) read(ctx context.Context, store Store, job string) (*Job, time.Time, []*Checkpoint, error) {
+	for {
+		r.mu.Lock()
+		rd, joined := r.open[job]
+		if !joined {
+			rd = &owingRead{done: make(chan struct{})}
+			r.open[job] = rd
+		}
+		r.mu.Unlock()
+		if !joined {
+			// The waiters woken with this one are runnable now: let them join.
+			runtime.Gosched()
+			r.mu.Lock()
+			delete(r.open, job)
+			r.mu.Unlock()
+			rd.job, rd.now, rd.owing, rd.err = store.Owing(ctx, job, "")
+			close(rd.done)
+			return rd.job, rd.now, rd.owing, rd.err
+		}
+		select {
+		case <-rd.done:
+		case <-ctx.Done():
+			return nil, time.Time{}, nil, ctx.Err()
+		}
+		// A read that its first caller gave up on is no answer for the others: read again
+		// (its first caller took it out of open before sending it).
+		if errors.Is(rd.err, context.Canceled) || errors.Is(rd.err, context.DeadlineExceeded) {
+			continue
+		}
+		return rd.job, rd.now, rd.owing, rd.err
+	}
+}
+
+// forParticipant returns a shared read's checkpoints that participant may owe something
+// in, in a slice of the caller's own (PendingItems sorts it).
+func forParticipant(owing []*Checkpoint, participant string) []*Checkpoint {
+	var own []*Checkpoint
+	for _, cp := range owing {
+		if MayOwe(cp, participant) {
+			own = append(own, cp)
+		}
+	}
+	return slices.Clip(own)
+}

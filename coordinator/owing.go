@@ -33,6 +33,9 @@ type owingRead struct {
 	err   error
 }
 
+// errReadUnfinished is a shared read's result while it runs, and after if it panicked.
+var errReadUnfinished = errors.New("coordinator: the shared read did not finish")
+
 func newOwingReads() *owingReads {
 	return &owingReads{open: map[string]*owingRead{}}
 }
@@ -54,8 +57,7 @@ func (r *owingReads) read(ctx context.Context, store Store, job string) (*Job, t
 			r.mu.Lock()
 			delete(r.open, job)
 			r.mu.Unlock()
-			rd.job, rd.now, rd.owing, rd.err = store.Owing(ctx, job, "")
-			close(rd.done)
+			rd.run(ctx, store, job)
 			return rd.job, rd.now, rd.owing, rd.err
 		}
 		select {
@@ -63,13 +65,20 @@ func (r *owingReads) read(ctx context.Context, store Store, job string) (*Job, t
 		case <-ctx.Done():
 			return nil, time.Time{}, nil, ctx.Err()
 		}
-		// A read that its first caller gave up on is no answer for the others: read again
-		// (its first caller took it out of open before sending it).
-		if errors.Is(rd.err, context.Canceled) || errors.Is(rd.err, context.DeadlineExceeded) {
+		// A read that its first caller gave up on, or that never ended, is no answer for the
+		// others: read again (its first caller took it out of open before sending it).
+		if errors.Is(rd.err, context.Canceled) || errors.Is(rd.err, context.DeadlineExceeded) || rd.err == errReadUnfinished {
 			continue
 		}
 		return rd.job, rd.now, rd.owing, rd.err
 	}
+}
+
+// run reads the store for rd's callers.
+func (rd *owingRead) run(ctx context.Context, store Store, job string) {
+	defer close(rd.done) // even if the store panics: the others then read again
+	rd.err = errReadUnfinished
+	rd.job, rd.now, rd.owing, rd.err = store.Owing(ctx, job, "")
 }
 
 // forParticipant returns a shared read's checkpoints that participant may owe something

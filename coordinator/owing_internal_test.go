@@ -94,11 +94,15 @@ func TestOwingReadsNeverJoinARunningRead(t *testing.T) {
 		_, _, _, err := r.read(context.Background(), st, "j")
 		second <- err
 	}()
-	for st.calls.Load() < 2 {
+	for deadline := time.Now().Add(5 * time.Second); st.calls.Load() < 2; {
 		select {
 		case <-second:
 			t.Fatal("the second caller was answered by the read sent before it asked")
 		case <-time.After(time.Millisecond):
+		}
+		if time.Now().After(deadline) {
+			close(st.release)
+			t.Fatal("the second caller joined the read sent before it asked")
 		}
 	}
 	close(st.release)
@@ -175,4 +179,56 @@ func ids(cps []*Checkpoint) []int64 {
 		out = append(out, cp.ID)
 	}
 	return out
+}
+
+// panicStore panics in Owing.
+type panicStore struct{ Store }
+
+func (panicStore) Owing(context.Context, string, string) (*Job, time.Time, []*Checkpoint, error) {
+	panic("the store failed")
+}
+
+// A read whose first caller panicked in the store does not leave the others waiting: they
+// read by themselves.
+func TestOwingReadsSurviveAPanic(t *testing.T) {
+	t.Parallel()
+	r := newOwingReads()
+	rd := &owingRead{done: make(chan struct{})}
+	r.open["j"] = rd
+	st := owingFixture()
+	answered := make(chan error, 1)
+	go func() {
+		_, _, owing, err := r.read(context.Background(), st, "j")
+		if err == nil && len(owing) != 2 {
+			t.Errorf("got %d checkpoints, want 2", len(owing))
+		}
+		answered <- err
+	}()
+	time.Sleep(20 * time.Millisecond)
+	// What the first caller does, with a store that panics.
+	sendRead(r, "j", rd)
+	func() {
+		defer func() { _ = recover() }()
+		rd.run(context.Background(), panicStore{}, "j")
+	}()
+	select {
+	case err := <-answered:
+		if err != nil {
+			t.Fatalf("a joined caller got %v, want its own read", err)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("a joined caller still waits on a read whose first caller panicked")
+	}
+	// The real first caller: the panic goes on up to it, and the read is closed.
+	func() {
+		defer func() {
+			if recover() == nil {
+				t.Error("the store's panic did not reach the first caller")
+			}
+		}()
+		_, _, _, _ = r.read(context.Background(), panicStore{}, "k")
+	}()
+	if _, open := r.open["k"]; open {
+		t.Error("a read whose store panicked is still open to join")
+	}
 }

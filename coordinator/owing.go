@@ -31,6 +31,10 @@ type owingRead struct {
 	now   time.Time
 	owing []*Checkpoint
 	err   error
+	// gaveUp is set when the read failed after its first caller's context ended: whatever
+	// the store made of that (a cancellation, a broken connection), it is no answer for
+	// the others.
+	gaveUp bool
 }
 
 // errReadUnfinished is a shared read's result while it runs, and after if it panicked.
@@ -67,7 +71,7 @@ func (r *owingReads) read(ctx context.Context, store Store, job string) (*Job, t
 		}
 		// A read that its first caller gave up on, or that never ended, is no answer for the
 		// others: read again (its first caller took it out of open before sending it).
-		if errors.Is(rd.err, context.Canceled) || errors.Is(rd.err, context.DeadlineExceeded) || rd.err == errReadUnfinished {
+		if rd.gaveUp || rd.err == errReadUnfinished {
 			continue
 		}
 		return rd.job, rd.now, rd.owing, rd.err
@@ -79,6 +83,7 @@ func (rd *owingRead) run(ctx context.Context, store Store, job string) {
 	defer close(rd.done) // even if the store panics: the others then read again
 	rd.err = errReadUnfinished
 	rd.job, rd.now, rd.owing, rd.err = store.Owing(ctx, job, "")
+	rd.gaveUp = rd.err != nil && ctx.Err() != nil
 }
 
 // forParticipant returns a shared read's checkpoints that participant may owe something

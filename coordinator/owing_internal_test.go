@@ -2,6 +2,7 @@ package coordinator
 
 import (
 	"context"
+	"errors"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -132,8 +133,11 @@ func TestOwingReadsOutliveTheirFirstCaller(t *testing.T) {
 	}()
 	time.Sleep(20 * time.Millisecond)
 	sendRead(r, "j", rd)
-	rd.err = context.Canceled // the first caller's context ended during the read
-	close(rd.done)
+	// The first caller's context ends during the read, and the store answers with an error
+	// of its own (a connection closed under it), not the context's.
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	rd.run(ctx, brokenStore{}, "j")
 	if err := <-answered; err != nil {
 		t.Fatalf("a joined caller got %v, want its own read", err)
 	}
@@ -179,6 +183,13 @@ func ids(cps []*Checkpoint) []int64 {
 		out = append(out, cp.ID)
 	}
 	return out
+}
+
+// brokenStore fails every Owing as a store whose connection broke does.
+type brokenStore struct{ Store }
+
+func (brokenStore) Owing(context.Context, string, string) (*Job, time.Time, []*Checkpoint, error) {
+	return nil, time.Time{}, nil, Unavailable(errors.New("connection closed"))
 }
 
 // panicStore panics in Owing.

@@ -749,6 +749,12 @@ type PutVoteParams struct {
 type GetPendingParams struct {
 	// WaitMs Long-poll while nothing is owed, up to this many milliseconds.
 	WaitMs *int64 `form:"wait_ms,omitempty" json:"wait_ms,omitempty"`
+
+	// Epoch The epoch the caller's registration returned. With `wait_ms`, the answer comes at
+	// once when the participant's epoch is no longer this one (it registered again: the
+	// caller is fenced), even if the new registration came before this request.
+	// Without it, the wait ends when the epoch changes during the wait.
+	Epoch *int64 `form:"epoch,omitempty" json:"epoch,omitempty"`
 }
 
 // ListTokensParams defines parameters for ListTokens.
@@ -1879,6 +1885,19 @@ func (siw *ServerInterfaceWrapper) GetPending(w http.ResponseWriter, r *http.Req
 			siw.ErrorHandlerFunc(w, r, &RequiredParamError{ParamName: "wait_ms"})
 		} else {
 			siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "wait_ms", Err: err})
+		}
+		return
+	}
+
+	// ------------- Optional query parameter "epoch" -------------
+
+	err = runtime.BindQueryParameterWithOptions("form", true, false, "epoch", r.URL.Query(), &params.Epoch, runtime.BindQueryParameterOptions{Type: "integer", Format: "int64"})
+	if err != nil {
+		var requiredError *runtime.RequiredParameterError
+		if errors.As(err, &requiredError) {
+			siw.ErrorHandlerFunc(w, r, &RequiredParamError{ParamName: "epoch"})
+		} else {
+			siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "epoch", Err: err})
 		}
 		return
 	}

@@ -103,6 +103,16 @@ func TestPendingWaitAcrossCoordinators(t *testing.T) {
 	if a.p.Epoch != 2 || len(a.p.Items) != 0 {
 		t.Fatalf("after a registration elsewhere: epoch %d, %+v; want epoch 2, nothing owed", a.p.Epoch, a.p.Items)
 	}
+	// A caller that says its epoch (1) learns at once that it was fenced, though the new
+	// registration (epoch 2) came before its request; with the current epoch it waits.
+	a = waitFor("a fenced caller's wait", poll("20000&epoch=1"), 2*time.Second)
+	if a.p.Epoch != 2 || a.took > time.Second {
+		t.Fatalf("a caller of epoch 1, re-registered before it asked: epoch %d after %s, want epoch 2 at once", a.p.Epoch, a.took)
+	}
+	a = waitFor("a current caller's wait", poll("300&epoch=2"), 5*time.Second)
+	if a.p.Epoch != 2 || a.took < 300*time.Millisecond {
+		t.Fatalf("a caller of the current epoch: epoch %d after %s, want it to wait 300 ms", a.p.Epoch, a.took)
+	}
 	// Shutdown answers it at once.
 	ch = poll("20000")
 	time.Sleep(200 * time.Millisecond)
@@ -111,7 +121,7 @@ func TestPendingWaitAcrossCoordinators(t *testing.T) {
 		t.Fatalf("after EndWaits it answered after %s", a.took)
 	}
 	// Bounds.
-	for _, bad := range []string{"-1", "60001", "x"} {
+	for _, bad := range []string{"-1", "60001", "x", "100&epoch=0", "100&epoch=-3", "100&epoch=x"} {
 		if r := other.send(t, "", "GET", "/v1/jobs/j/participants/a/pending?wait_ms="+bad, ""); r.status != 400 {
 			t.Errorf("wait_ms=%s: %d %s, want 400", bad, r.status, r.body)
 		}

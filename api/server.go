@@ -114,7 +114,13 @@ func (s *server) GetPending(ctx context.Context, req GetPendingRequestObject) (G
 	if req.Params.WaitMs != nil {
 		wait = *req.Params.WaitMs
 	}
-	p, err := s.svc.Pending(ctx, req.Job, req.Participant, milliseconds(wait))
+	var epoch int64
+	if req.Params.Epoch != nil {
+		if epoch = *req.Params.Epoch; epoch < 1 {
+			return nil, invalid("epoch", "must be 1 or more (the epoch that register returned)")
+		}
+	}
+	p, err := s.svc.Pending(ctx, req.Job, req.Participant, milliseconds(wait), epoch)
 	if err != nil {
 		return nil, err
 	}

@@ -249,10 +249,16 @@ func current(st *JobState, cps []*Checkpoint) []*Checkpoint {
 // With wait > 0 and nothing owed, it waits up to wait for something to be: a checkpoint
 // opened or decided, or the participant registered again (its epoch changed), through this
 // process or any other on the database; then it answers as it stands. No database read is
-// made while nothing changes.
-func (s *Service) Pending(ctx context.Context, job, participant string, wait time.Duration) (*Pending, error) {
+// made while nothing changes. epoch, when not 0, is the caller's: the wait ends at once
+// when the participant's epoch is another (it registered again, also before this call).
+func (s *Service) Pending(ctx context.Context, job, participant string, wait time.Duration, epoch int64) (*Pending, error) {
 	if err := validateNames(job, participant); err != nil {
 		return nil, err
+	}
+	if epoch < 0 {
+		var f fieldErrors
+		f.add("epoch", "must be 1 or more (the epoch that register returned)")
+		return nil, f.err()
 	}
 	if wait < 0 || wait > MaxLongPoll {
 		var f fieldErrors
@@ -264,13 +270,12 @@ func (s *Service) Pending(ctx context.Context, job, participant string, wait tim
 	}
 	timer := time.NewTimer(wait)
 	defer timer.Stop()
-	var epoch int64
 	for first := true; ; first = false {
 		// Subscribe before reading, so that a change after the read wakes us.
 		sub := s.store.Subscribe(job, AnyCheckpoint)
 		p, err := s.pending(ctx, job, participant)
-		if first && err == nil {
-			epoch = p.Epoch
+		if first && err == nil && epoch == 0 {
+			epoch = p.Epoch // the caller's, as far as this wait knows
 		}
 		if err != nil || len(p.Items) > 0 || p.Epoch != epoch {
 			sub.Cancel()

@@ -110,7 +110,7 @@ func testAckedByAndComplete(t *testing.T, b *bundle) {
 		}
 	}
 	for _, p := range []string{"a", "b", "c"} {
-		if pending, err := b.svc.Pending(b.ctx, "j", p, 0); err != nil || len(pending.Items) > 1 {
+		if pending, err := b.svc.Pending(b.ctx, "j", p, 0, 0); err != nil || len(pending.Items) > 1 {
 			t.Fatalf("pending of %s after Complete: %+v, %v; want only checkpoint 2's vote", p, pending, err)
 		}
 	}

@@ -393,7 +393,7 @@ func (r *propertyRun) pending(t *rapid.T) {
 	job := r.drawJob(t)
 	p := r.drawParticipant(t, job)
 	r.both(t, fmt.Sprintf("Pending(%s, %s)", job, p), func(s *side, w *writer) {
-		pending, err := s.svc.Pending(r.ctx, job, p, 0)
+		pending, err := s.svc.Pending(r.ctx, job, p, 0, 0)
 		if w.err(err) {
 			w.pending(pending)
 		}
@@ -512,7 +512,7 @@ func (r *propertyRun) compareState(byStatus bool) {
 					continue // not_found; the Pending step asks that too
 				}
 				w.line("Pending(%s, %s)", job, p)
-				pending, err := s.svc.Pending(r.ctx, job, p, 0)
+				pending, err := s.svc.Pending(r.ctx, job, p, 0, 0)
 				if w.err(err) {
 					w.pending(pending)
 					if s == r.ref {

@@ -144,7 +144,7 @@ func testFullRound(t *testing.T, b *bundle) {
 		t.Fatalf("GetJob: last_checkpoint %s, last_committed %s, epochs %v; want 1, 1, both 1",
 			fmtIDPtr(job.LastCheckpoint), fmtIDPtr(job.LastCommitted), job.Epochs)
 	}
-	pending, err := b.svc.Pending(b.ctx, "orders", "sink-a", 0)
+	pending, err := b.svc.Pending(b.ctx, "orders", "sink-a", 0, 0)
 	if err != nil {
 		t.Fatalf("Pending: %v", err)
 	}
@@ -256,7 +256,7 @@ func testUnknownParticipant(t *testing.T, b *bundle) {
 	wantErr(t, "a vote from a stranger", err, coordinator.ErrNotFound)
 	_, err = b.svc.Register(b.ctx, "j", "stranger")
 	wantErr(t, "Register(stranger)", err, coordinator.ErrNotFound)
-	_, err = b.svc.Pending(b.ctx, "j", "stranger", 0)
+	_, err = b.svc.Pending(b.ctx, "j", "stranger", 0, 0)
 	wantErr(t, "Pending(stranger)", err, coordinator.ErrNotFound)
 	_, err = b.svc.Register(b.ctx, "nope", "a")
 	wantErr(t, "Register on a missing job", err, coordinator.ErrNotFound)
@@ -330,13 +330,13 @@ func testDeadlinePendingHidesExpired(t *testing.T, b *bundle) {
 	if _, _, err := b.svc.Prepare(b.ctx, "j", coordinator.PrepareRequest{Timeout: time.Second}); err != nil {
 		t.Fatalf("Prepare: %v", err)
 	}
-	p, err := b.svc.Pending(b.ctx, "j", "a", 0)
+	p, err := b.svc.Pending(b.ctx, "j", "a", 0, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
 	wantItems(t, "before the deadline", p, "1 preparing vote []")
 	time.Sleep(1250 * time.Millisecond)
-	if p, err = b.svc.Pending(b.ctx, "j", "a", 0); err != nil {
+	if p, err = b.svc.Pending(b.ctx, "j", "a", 0, 0); err != nil {
 		t.Fatal(err)
 	}
 	wantItems(t, "after the deadline, before any sweep", p)
@@ -482,7 +482,7 @@ func testAckOnAborted(t *testing.T, b *bundle) {
 	b.prepare("j")
 	b.vote("j", 1, "a", prepared(1, `["a1"]`))
 	b.vote("j", 1, "b", abortVote(1, "no"))
-	p, err := b.svc.Pending(b.ctx, "j", "a", 0)
+	p, err := b.svc.Pending(b.ctx, "j", "a", 0, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -496,7 +496,7 @@ func testAckOnAborted(t *testing.T, b *bundle) {
 	}
 	wantCheckpoint(t, "the same ack again", got, b.ack("j", 1, "a", 1))
 	wantStatus(t, "b's ack", b.ack("j", 1, "b", 1), coordinator.StatusAborted)
-	if p, err = b.svc.Pending(b.ctx, "j", "a", 0); err != nil {
+	if p, err = b.svc.Pending(b.ctx, "j", "a", 0, 0); err != nil {
 		t.Fatal(err)
 	}
 	wantItems(t, "a after acking the abort", p)
@@ -513,7 +513,7 @@ func testPending(t *testing.T, b *bundle) {
 	b.prepare("j")                          // 3 preparing
 	b.ack("j", 1, "b", 1)
 
-	pa, err := b.svc.Pending(b.ctx, "j", "a", 0)
+	pa, err := b.svc.Pending(b.ctx, "j", "a", 0, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -521,7 +521,7 @@ func testPending(t *testing.T, b *bundle) {
 		t.Fatalf("Pending(a): %+v, want job j, participant a, epoch 1", pa)
 	}
 	wantItems(t, "Pending(a)", pa, `1 committing commit ["a1"]`, `2 aborted abort ["a2"]`, `3 preparing vote []`)
-	pb, err := b.svc.Pending(b.ctx, "j", "b", 0)
+	pb, err := b.svc.Pending(b.ctx, "j", "b", 0, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -535,7 +535,7 @@ func testPending(t *testing.T, b *bundle) {
 		t.Fatalf("Register(a) again: epoch %d, want 2", reg.Epoch)
 	}
 	wantItems(t, "Register(a)'s pending", reg, `1 committing commit ["a1"]`, `2 aborted abort ["a2"]`)
-	if pb, err = b.svc.Pending(b.ctx, "j", "b", 0); err != nil {
+	if pb, err = b.svc.Pending(b.ctx, "j", "b", 0, 0); err != nil {
 		t.Fatal(err)
 	}
 	wantItems(t, "Pending(b) once 3 aborted", pb)

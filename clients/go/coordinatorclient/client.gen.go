@@ -748,6 +748,12 @@ type PutVoteParams struct {
 type GetPendingParams struct {
 	// WaitMs Long-poll while nothing is owed, up to this many milliseconds.
 	WaitMs *int64 `form:"wait_ms,omitempty" json:"wait_ms,omitempty"`
+
+	// Epoch The epoch the caller's registration returned. With `wait_ms`, the answer comes at
+	// once when the participant's epoch is no longer this one (it registered again: the
+	// caller is fenced), even if the new registration came before this request.
+	// Without it, the wait ends when the epoch changes during the wait.
+	Epoch *int64 `form:"epoch,omitempty" json:"epoch,omitempty"`
 }
 
 // ListTokensParams defines parameters for ListTokens.
@@ -3029,6 +3035,18 @@ func NewGetPendingRequest(server string, job JobName, participant ParticipantNam
 		if params.WaitMs != nil {
 
 			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "wait_ms", *params.WaitMs, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "integer", Format: "int64"}); err != nil {
+				return nil, err
+			} else {
+				for _, qp := range strings.Split(queryFrag, "&") {
+					rawQueryFragments = append(rawQueryFragments, qp)
+				}
+			}
+
+		}
+
+		if params.Epoch != nil {
+
+			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "epoch", *params.Epoch, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "integer", Format: "int64"}); err != nil {
 				return nil, err
 			} else {
 				for _, qp := range strings.Split(queryFrag, "&") {

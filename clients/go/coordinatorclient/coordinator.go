@@ -289,10 +289,20 @@ func (c *Coordinator) Register(ctx context.Context, job, participant string) (*R
 // is, or the participant registers again, before it answers: a long-poll that costs one
 // request per wait while idle.
 func (c *Coordinator) Pending(ctx context.Context, job, participant string, wait time.Duration) (*Pending, error) {
+	return c.PendingFor(ctx, job, participant, 0, wait)
+}
+
+// PendingFor is Pending for the instance that registered with epoch (0: any): its wait ends
+// at once when the participant has registered again since, even before the call, and the
+// answer's Epoch is then the newer one (the instance is fenced). The Runner uses it.
+func (c *Coordinator) PendingFor(ctx context.Context, job, participant string, epoch int64, wait time.Duration) (*Pending, error) {
 	var params GetPendingParams
 	if wait > 0 {
 		ms := min(wait, time.Minute).Milliseconds()
 		params.WaitMs = &ms
+	}
+	if epoch > 0 {
+		params.Epoch = &epoch
 	}
 	var out *Pending
 	err := c.do(ctx, "pending "+job+"/"+participant, wait, func(ctx context.Context) (outcome, error) {

@@ -182,10 +182,10 @@ func TestIdleRunnerOnePendingPerWait(t *testing.T) {
 		t.Errorf("%d requests on pending in %s with LongPoll %s, want 3 to 6 (one per LongPoll, plus the first)", n, idleFor, longPoll)
 	}
 	for i, req := range pendings {
-		if i > 0 && req.query != "wait_ms=500" {
-			t.Errorf("pending request %d carried ?%s, want wait_ms=500", i, req.query)
+		if i > 0 && req.query != "wait_ms=500&epoch=1" {
+			t.Errorf("pending request %d carried ?%s, want wait_ms=500&epoch=1 (the epoch of its registration)", i, req.query)
 		}
-		if !req.ended.IsZero() && req.ended.Sub(req.started) < longPoll-50*time.Millisecond && req.query == "wait_ms=500" {
+		if !req.ended.IsZero() && req.ended.Sub(req.started) < longPoll-50*time.Millisecond && req.query == "wait_ms=500&epoch=1" {
 			t.Errorf("pending request %d was answered after %s, before its wait_ms: %s", i, req.ended.Sub(req.started), req.body)
 		}
 	}

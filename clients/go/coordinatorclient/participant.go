@@ -165,7 +165,7 @@ func (r *Runner[C]) Run(ctx context.Context) error {
 			}
 			wait = 0
 		}
-		pending, err := r.coord.Pending(ctx, r.job, r.name, wait)
+		pending, err := r.coord.PendingFor(ctx, r.job, r.name, reg.Epoch, wait)
 		if err != nil {
 			return err
 		}

@@ -131,8 +131,10 @@ class Coordinator:
     def register(self):
         return self.call("POST", f"/v1/jobs/{self.p(self.job)}/participants/{self.p(self.name)}/register")
 
-    def pending(self, wait_ms=0):
-        q = f"?wait_ms={wait_ms}" if wait_ms else ""
+    def pending(self, wait_ms=0, epoch=0):
+        # With its epoch, the long-poll ends at once if a newer instance registered, even
+        # before this request.
+        q = (f"?wait_ms={wait_ms}" + (f"&epoch={epoch}" if epoch else "")) if wait_ms else ""
         return self.call("GET", f"/v1/jobs/{self.p(self.job)}/participants/{self.p(self.name)}/pending{q}",
                          timeout=10 + wait_ms / 1000)
 
@@ -375,7 +377,7 @@ class Sink:
             if blocked:
                 self.c.checkpoint(min(self.in_doubt), wait_ms=5000)
                 wait = 0
-            pending = self.c.pending(wait_ms=wait)
+            pending = self.c.pending(wait_ms=wait, epoch=self.epoch)
             if pending["epoch"] != self.epoch:
                 raise Fenced()
             items = pending["items"]

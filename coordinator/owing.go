@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"runtime"
-	"slices"
 	"sync"
 	"time"
 )
@@ -84,16 +83,4 @@ func (rd *owingRead) run(ctx context.Context, store Store, job string) {
 	rd.err = errReadUnfinished
 	rd.job, rd.now, rd.owing, rd.err = store.Owing(ctx, job, "")
 	rd.gaveUp = rd.err != nil && ctx.Err() != nil
-}
-
-// forParticipant returns a shared read's checkpoints that participant may owe something
-// in, in a slice of the caller's own (PendingItems sorts it).
-func forParticipant(owing []*Checkpoint, participant string) []*Checkpoint {
-	var own []*Checkpoint
-	for _, cp := range owing {
-		if MayOwe(cp, participant) {
-			own = append(own, cp)
-		}
-	}
-	return slices.Clip(own)
 }

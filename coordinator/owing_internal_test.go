@@ -121,18 +121,7 @@ func TestOwingReadsOutliveTheirFirstCaller(t *testing.T) {
 	t.Parallel()
 	st := owingFixture()
 	r := newOwingReads()
-	rd := &owingRead{done: make(chan struct{})}
-	r.open["j"] = rd
-	answered := make(chan error, 1)
-	go func() {
-		_, _, owing, err := r.read(context.Background(), st, "j")
-		if err == nil && len(owing) != 2 {
-			t.Errorf("got %d checkpoints, want 2", len(owing))
-		}
-		answered <- err
-	}()
-	time.Sleep(20 * time.Millisecond)
-	sendRead(r, "j", rd)
+	rd, answered := joinOpenRead(t, r, st)
 	// The first caller's context ends during the read, and the store answers with an error
 	// of its own (a connection closed under it), not the context's.
 	ctx, cancel := context.WithCancel(context.Background())
@@ -150,8 +139,8 @@ func TestOwingReadsOutliveTheirFirstCaller(t *testing.T) {
 func TestOwingForParticipant(t *testing.T) {
 	t.Parallel()
 	st := owingFixture()
-	a := forParticipant(st.owing, "a") // owes its vote on 7; nothing on 5 (no prepared vote)
-	b := forParticipant(st.owing, "b") // owes the abort's ack on 5; voted on 7 but may owe (MayOwe)
+	a := OwingOf(st.owing, "a") // owes its vote on 7; nothing on 5 (no prepared vote)
+	b := OwingOf(st.owing, "b") // owes the abort's ack on 5; voted on 7 but may owe (MayOwe)
 	if len(a) != 1 || a[0].ID != 7 {
 		t.Errorf("a: %v, want checkpoint 7", ids(a))
 	}
@@ -162,9 +151,29 @@ func TestOwingForParticipant(t *testing.T) {
 	if st.owing[0].ID != 5 {
 		t.Error("a participant's slice shares the read's")
 	}
-	if got := forParticipant(st.owing, "c"); len(got) != 0 {
+	if got := OwingOf(st.owing, "c"); len(got) != 0 {
 		t.Errorf("c: %v, want none", ids(got))
 	}
+}
+
+// joinOpenRead opens a read of job j as a first caller does, has a caller on st join it,
+// and takes the read out of open as the first caller does before sending it. The joined
+// caller's error comes on answered; if it gets an answer, it must be st's two checkpoints.
+func joinOpenRead(t *testing.T, r *owingReads, st *owingStore) (rd *owingRead, answered <-chan error) {
+	t.Helper()
+	rd = &owingRead{done: make(chan struct{})}
+	r.open["j"] = rd
+	ch := make(chan error, 1)
+	go func() {
+		_, _, owing, err := r.read(context.Background(), st, "j")
+		if err == nil && len(owing) != 2 {
+			t.Errorf("got %d checkpoints, want 2", len(owing))
+		}
+		ch <- err
+	}()
+	time.Sleep(20 * time.Millisecond) // it joins
+	sendRead(r, "j", rd)
+	return rd, ch
 }
 
 // sendRead does what a read's first caller does before it reads the store: it takes the
@@ -204,20 +213,9 @@ func (panicStore) Owing(context.Context, string, string) (*Job, time.Time, []*Ch
 func TestOwingReadsSurviveAPanic(t *testing.T) {
 	t.Parallel()
 	r := newOwingReads()
-	rd := &owingRead{done: make(chan struct{})}
-	r.open["j"] = rd
 	st := owingFixture()
-	answered := make(chan error, 1)
-	go func() {
-		_, _, owing, err := r.read(context.Background(), st, "j")
-		if err == nil && len(owing) != 2 {
-			t.Errorf("got %d checkpoints, want 2", len(owing))
-		}
-		answered <- err
-	}()
-	time.Sleep(20 * time.Millisecond)
+	rd, answered := joinOpenRead(t, r, st)
 	// What the first caller does, with a store that panics.
-	sendRead(r, "j", rd)
 	func() {
 		defer func() { _ = recover() }()
 		rd.run(context.Background(), panicStore{}, "j")

@@ -480,6 +480,19 @@ func MayOwe(cp *Checkpoint, participant string) bool {
 	return false
 }
 
+// OwingOf returns the checkpoints of cps on which participant (or, if empty, anyone) may
+// still owe something (MayOwe), in a slice of its own: a caller may sort it (PendingItems
+// does) without touching cps.
+func OwingOf(cps []*Checkpoint, participant string) []*Checkpoint {
+	var out []*Checkpoint
+	for _, cp := range cps {
+		if MayOwe(cp, participant) {
+			out = append(out, cp)
+		}
+	}
+	return out
+}
+
 // Owed says what participant owes on cp, if anything (rule 7).
 func Owed(cp *Checkpoint, participant string) (Action, bool) {
 	p := cp.Participant(participant)

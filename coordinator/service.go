@@ -257,7 +257,7 @@ func (s *Service) Pending(ctx context.Context, job, participant string, wait tim
 	}
 	if epoch < 0 {
 		var f fieldErrors
-		f.add("epoch", "must be 1 or more (the epoch that register returned)")
+		validateEpoch(&f, epoch)
 		return nil, f.err()
 	}
 	if wait < 0 || wait > MaxLongPoll {
@@ -302,7 +302,7 @@ func (s *Service) Pending(ctx context.Context, job, participant string, wait tim
 func (s *Service) pending(ctx context.Context, job, participant string) (*Pending, error) {
 	j, now, owing, err := s.owingReads.read(ctx, s.store, job)
 	if err == nil {
-		owing = forParticipant(owing, participant)
+		owing = OwingOf(owing, participant)
 		err = CheckParticipant(j, owing, participant)
 	}
 	if err != nil {

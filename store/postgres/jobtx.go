@@ -536,21 +536,9 @@ func (t *jobTx) Checkpoint(ctx context.Context, id int64) (*coordinator.Checkpoi
 // prepared vote not acked. coordinator.Owed decides on each.
 func (t *jobTx) Owing(ctx context.Context, participant string) ([]*coordinator.Checkpoint, error) {
 	if t.owingLoaded {
-		return owedBy(t.owing, participant), nil
+		return coordinator.OwingOf(t.owing, participant), nil
 	}
 	return t.queryCheckpoints(owingSQL, t.job.Name, participant)
-}
-
-// owedBy keeps, of cps (what viewSQL reads: what anyone may owe), those on which
-// participant (if empty, anyone) may still owe something.
-func owedBy(cps []*coordinator.Checkpoint, participant string) []*coordinator.Checkpoint {
-	var out []*coordinator.Checkpoint
-	for _, cp := range cps {
-		if coordinator.MayOwe(cp, participant) {
-			out = append(out, cp)
-		}
-	}
-	return out
 }
 
 func (t *jobTx) Idempotency(ctx context.Context, key string) (coordinator.IdempotencyRecord, bool, error) {

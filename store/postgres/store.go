@@ -308,7 +308,7 @@ func (s *Store) Owing(ctx context.Context, job, participant string) (*coordinato
 	if !found {
 		return nil, time.Time{}, nil, coordinator.ErrNotFound
 	}
-	return row.get(), row.now.UTC(), owedBy(cps, participant), nil
+	return row.get(), row.now.UTC(), coordinator.OwingOf(cps, participant), nil
 }
 
 func (s *Store) view(ctx context.Context, conn *pgx.Conn, job string, fn func(tx coordinator.JobTx) error) error {

@@ -42,6 +42,7 @@ func (emptyStore) Owing(context.Context, string, string) (*coordinator.Job, time
 func (emptyStore) DeleteExpired(context.Context, string, int) (int, bool, error) {
 	return 0, false, nil
 }
+func (emptyStore) JobsToPrune(context.Context, string, int) ([]string, error) { return nil, nil }
 func (emptyStore) ListAudit(context.Context, coordinator.AuditQuery) ([]*coordinator.AuditEntry, error) {
 	return nil, nil
 }

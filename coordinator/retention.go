@@ -54,28 +54,29 @@ func (s *Service) RunRetention(ctx context.Context, opts RetentionOptions) {
 	}
 }
 
-// retentionPass looks at every job once.
+// retentionPass deletes what has expired, job after job: only the jobs that the store says
+// have something to delete, so that a fleet of jobs with nothing expired costs one read.
 func (s *Service) retentionPass(ctx context.Context, opts RetentionOptions) error {
 	after := ""
 	for {
-		jobs, err := s.store.ListJobs(ctx, "", after, MaxPageSize)
+		jobs, err := s.store.JobsToPrune(ctx, after, pruneListPage)
 		if err != nil {
 			return err
 		}
-		for _, j := range jobs {
-			if j.Config.Retention <= 0 {
-				continue
-			}
-			if err := s.deleteExpired(ctx, j.Name, opts); err != nil {
+		for _, job := range jobs {
+			if err := s.deleteExpired(ctx, job, opts); err != nil {
 				return err
 			}
 		}
-		if len(jobs) < MaxPageSize {
+		if len(jobs) < pruneListPage {
 			return nil
 		}
-		after = jobs[len(jobs)-1].Name
+		after = jobs[len(jobs)-1]
 	}
 }
+
+// pruneListPage is how many job names one JobsToPrune read returns at most.
+const pruneListPage = 1000
 
 // deleteExpired deletes job's expired checkpoints, batch after batch.
 func (s *Service) deleteExpired(ctx context.Context, job string, opts RetentionOptions) error {

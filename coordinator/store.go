@@ -44,6 +44,10 @@ type Store interface {
 	// look (the job's row is locked elsewhere, or another coordinator is deleting now): then
 	// try again later. It never waits for a lock.
 	DeleteExpired(ctx context.Context, job string, limit int) (deleted int, skipped bool, err error)
+	// JobsToPrune names, by name after the given one, up to limit jobs that have at least
+	// one checkpoint that DeleteExpired would delete now. One read for all jobs, by the index
+	// of final checkpoints: a job with nothing expired costs an index probe, not a round trip.
+	JobsToPrune(ctx context.Context, after string, limit int) ([]string, error)
 	// Stats reads the facts of the database that metrics show: the open checkpoints by job
 	// and status, and, with lastCommitted, each job's last committed checkpoint (without it
 	// Stats.LastCommitted is empty: metrics without a job label do not show it). Its cost

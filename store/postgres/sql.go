@@ -479,6 +479,27 @@ const deleteExpiredSQL = `
 	SELECT (SELECT got FROM g), EXISTS (SELECT 1 FROM j), (SELECT count(*) FROM del),
 		EXISTS (SELECT 1 FROM jobs WHERE name = $1 AND NOT deleted AND retention_ms > 0)`
 
+// jobsToPruneSQL names up to $2 jobs after $1, by name, that have a checkpoint which
+// deleteExpiredSQL deletes: per job, the first row of the partial index of final
+// checkpoints that completed before its retention, skipping the last committed one and
+// the aborted ones still owed an ack. Jobs with nothing expired cost an index probe each
+// (about 15 ms for 1,000 jobs of 1,000 checkpoints each). The probe is a LATERAL ... LIMIT 1
+// rather than an EXISTS: the same plan, estimated at what it costs, where the EXISTS was
+// estimated high enough to be compiled by the JIT, which took twice as long as the query.
+const jobsToPruneSQL = `
+	SELECT j.name FROM jobs j CROSS JOIN LATERAL (
+		SELECT 1 FROM checkpoints c
+		WHERE c.job = j.name AND c.status IN ('committed', 'aborted')
+		  AND c.completed_at < now() - j.retention_ms * interval '1 millisecond'
+		  AND c.id <> coalesce((SELECT l.id FROM checkpoints l WHERE l.job = j.name AND l.status IN ('committing', 'committed')
+			ORDER BY l.id DESC LIMIT 1), 0)
+		  AND NOT (c.status = 'aborted' AND EXISTS (
+			SELECT 1 FROM checkpoint_participants p
+			WHERE p.job = c.job AND p.checkpoint_id = c.id AND p.vote = 'prepared' AND p.acked_at IS NULL))
+		LIMIT 1) x
+	WHERE j.name > $1 AND NOT j.deleted AND j.retention_ms > 0
+	ORDER BY j.name LIMIT $2`
+
 // hasExpiredSQL tells, without a lock, whether job $1 has a final checkpoint that completed
 // before its retention (the first row of the index deleteExpiredSQL reads): most of the time
 // a job has none, and then its row is not locked at all.

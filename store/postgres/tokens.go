@@ -208,6 +208,19 @@ func (s *Store) Stats(ctx context.Context, lastCommitted bool) (*coordinator.Sta
 	return out, nil
 }
 
+// JobsToPrune implements coordinator.Store.
+func (s *Store) JobsToPrune(ctx context.Context, after string, limit int) ([]string, error) {
+	rows, err := s.pool.Query(ctx, jobsToPruneSQL, after, limit)
+	if err != nil {
+		return nil, translate(fmt.Errorf("look for expired checkpoints: %w", err))
+	}
+	jobs, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		return nil, translate(fmt.Errorf("look for expired checkpoints: %w", err))
+	}
+	return jobs, nil
+}
+
 // DeleteExpired implements coordinator.Store.
 func (s *Store) DeleteExpired(ctx context.Context, job string, limit int) (int, bool, error) {
 	var expired bool

@@ -283,6 +283,19 @@ const lastCommittedStatsSQL = `SELECT j.name, (SELECT max(c.id) FROM checkpoints
 
 // Retention
 
+// jobsToPruneSQL names up to ?3 jobs after ?1, by name, that have a checkpoint which
+// deleteExpiredSQL deletes at ?2 (the partial index of final checkpoints, per job).
+const jobsToPruneSQL = `SELECT j.name FROM jobs j
+	WHERE j.name > ?1 AND NOT j.deleted AND j.retention_ms > 0 AND EXISTS (
+		SELECT 1 FROM checkpoints c
+		WHERE c.job = j.name AND c.status IN ('committed', 'aborted')
+		  AND c.completed_at < ?2 - j.retention_ms * 1000
+		  AND c.id <> coalesce((SELECT max(l.id) FROM checkpoints l WHERE l.job = j.name AND l.status IN ('committing', 'committed')), 0)
+		  AND NOT (c.status = 'aborted' AND EXISTS (
+			SELECT 1 FROM checkpoint_participants p
+			WHERE p.job = c.job AND p.checkpoint_id = c.id AND p.vote = 'prepared' AND p.acked_at IS NULL)))
+	ORDER BY j.name LIMIT ?3`
+
 // deleteExpiredSQL deletes up to ?3 of job ?1's checkpoints that retention removes, oldest
 // completion first (the partial index of final checkpoints): final, owing nothing,
 // completed before ?2 minus the job's retention, not the job's last committed one.

@@ -233,6 +233,27 @@ func (s *Store) Stats(ctx context.Context, lastCommitted bool) (*coordinator.Sta
 	return out, nil
 }
 
+// JobsToPrune implements coordinator.Store, by the store's clock.
+func (s *Store) JobsToPrune(ctx context.Context, after string, limit int) ([]string, error) {
+	if err := s.checkOpen(); err != nil {
+		return nil, err
+	}
+	rows, err := s.reader.QueryContext(ctx, jobsToPruneSQL, after, now().UnixMicro(), limit)
+	if err != nil {
+		return nil, translate(fmt.Errorf("look for expired checkpoints: %w", err))
+	}
+	defer rows.Close()
+	var jobs []string
+	for rows.Next() {
+		var job string
+		if err := rows.Scan(&job); err != nil {
+			return nil, translate(err)
+		}
+		jobs = append(jobs, job)
+	}
+	return jobs, translate(rows.Err())
+}
+
 // DeleteExpired implements coordinator.Store. One process owns the data directory: it is
 // never skipped.
 func (s *Store) DeleteExpired(ctx context.Context, job string, limit int) (int, bool, error) {

@@ -3,6 +3,7 @@ package storetest
 import (
 	"errors"
 	"fmt"
+	"slices"
 	"testing"
 	"time"
 
@@ -282,7 +283,19 @@ func testRetention(t *testing.T, b *bundle) {
 	if n, _, err := b.store.DeleteExpired(b.ctx, "j", 100); err != nil || n != 0 {
 		t.Fatalf("DeleteExpired before anything expired: %d, %v", n, err)
 	}
+	checkPrune := func(after string, limit int, want ...string) {
+		t.Helper()
+		got, err := b.store.JobsToPrune(b.ctx, after, limit)
+		if err != nil || !slices.Equal(got, want) {
+			t.Fatalf("JobsToPrune(%q, %d): %q, %v; want %q", after, limit, got, err, want)
+		}
+	}
+	checkPrune("", 100)
 	time.Sleep(coordinator.MinRetention + 100*time.Millisecond)
+	// j has 1, 3 and 4 to delete, last its 2; forever keeps everything.
+	checkPrune("", 100, "j", "last")
+	checkPrune("", 1, "j")
+	checkPrune("j", 100, "last")
 	n, skipped, err := b.store.DeleteExpired(b.ctx, "j", 1)
 	if err != nil || n != 1 || skipped {
 		t.Fatalf("DeleteExpired(limit 1): %d, skipped %v, %v; want 1", n, skipped, err)
@@ -300,6 +313,8 @@ func testRetention(t *testing.T, b *bundle) {
 	if n, _, _ := b.store.DeleteExpired(b.ctx, "forever", 100); n != 0 {
 		t.Fatalf("retention 0 deleted %d", n)
 	}
+	// What is left is owed (j's 2), open (5, 6) or a last committed (last's 1): nothing to prune.
+	checkPrune("", 100)
 	for id, kept := range map[int64]bool{1: false, 2: true, 3: false, 4: false, 5: true, 6: true} {
 		cp, err := b.store.GetCheckpoint(b.ctx, "j", id)
 		switch {

@@ -506,9 +506,42 @@ func (s *memStore) Stats(ctx context.Context, lastCommitted bool) (*coordinator.
 func (s *memStore) DeleteExpired(ctx context.Context, job string, limit int) (int, bool, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	expired := s.expired(job)
+	if len(expired) > limit {
+		expired = expired[:limit]
+	}
+	for _, cp := range expired {
+		delete(s.state.cps[job], cp.ID)
+		for key, rec := range s.state.idem[job] {
+			if rec.Checkpoint == cp.ID {
+				delete(s.state.idem[job], key)
+			}
+		}
+	}
+	return len(expired), false, nil
+}
+
+func (s *memStore) JobsToPrune(ctx context.Context, after string, limit int) ([]string, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var out []string
+	for job := range s.state.jobs {
+		if job > after && len(s.expired(job)) > 0 {
+			out = append(out, job)
+		}
+	}
+	slices.Sort(out)
+	if len(out) > limit {
+		out = out[:limit]
+	}
+	return out, nil
+}
+
+// expired returns, oldest completion first, the checkpoints of job that retention deletes now.
+func (s *memStore) expired(job string) []*coordinator.Checkpoint {
 	j := s.state.jobs[job]
 	if j == nil || j.Config.Retention <= 0 {
-		return 0, false, nil
+		return nil
 	}
 	var last int64
 	for _, cp := range s.state.cps[job] {
@@ -525,16 +558,5 @@ func (s *memStore) DeleteExpired(ctx context.Context, job string, limit int) (in
 		}
 	}
 	slices.SortFunc(expired, func(a, b *coordinator.Checkpoint) int { return a.CompletedAt.Compare(*b.CompletedAt) })
-	if len(expired) > limit {
-		expired = expired[:limit]
-	}
-	for _, cp := range expired {
-		delete(s.state.cps[job], cp.ID)
-		for key, rec := range s.state.idem[job] {
-			if rec.Checkpoint == cp.ID {
-				delete(s.state.idem[job], key)
-			}
-		}
-	}
-	return len(expired), false, nil
+	return expired
 }

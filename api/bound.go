@@ -6,7 +6,9 @@ import "net/http"
 // from what it decoded, and every other operation as the generated strict handler does.
 // A vote's body is the one that can be large (its committables, up to megabytes): the
 // input check reads it once, and the generated code would read it twice more (its
-// json.Decoder finds where the value ends, then decodes it). Each method here does what
+// json.Decoder finds where the value ends, then decodes it). An ack's is small, but there
+// is one per participant per round: decoding it once spares the generated decoder's
+// allocations on the hot path. Each method here does what
 // the generated one does after decoding: call the strict server, write its answer, and
 // pass errors to the same writer.
 type boundOperations struct {
@@ -37,6 +39,23 @@ func (b boundOperations) PutVote(w http.ResponseWriter, r *http.Request, job Job
 		b.pw.write(w, r, err)
 	case response != nil:
 		if err := response.VisitPutVoteResponse(w); err != nil {
+			b.pw.write(w, r, err)
+		}
+	}
+}
+
+func (b boundOperations) PutAck(w http.ResponseWriter, r *http.Request, job JobName, id CheckpointID, participant ParticipantName, params PutAckParams) {
+	body, ok := boundBody[AckRequest](r)
+	if !ok {
+		b.ServerInterface.PutAck(w, r, job, id, participant, params)
+		return
+	}
+	response, err := b.ssi.PutAck(r.Context(), PutAckRequestObject{Job: job, Id: id, Participant: participant, Params: params, Body: body})
+	switch {
+	case err != nil:
+		b.pw.write(w, r, err)
+	case response != nil:
+		if err := response.VisitPutAckResponse(w); err != nil {
 			b.pw.write(w, r, err)
 		}
 	}

@@ -49,7 +49,7 @@ var requestBodies = map[string]bodySpec{
 	"PUT /v1/jobs/{job}":                                      {model: reflect.TypeFor[JobConfig](), required: true},
 	"POST /v1/jobs/{job}/checkpoints":                         {model: reflect.TypeFor[PrepareRequest]()},
 	"POST /v1/jobs/{job}/checkpoints/{id}/abort":              {model: reflect.TypeFor[AbortRequest]()},
-	"PUT /v1/jobs/{job}/checkpoints/{id}/acks/{participant}":  {model: reflect.TypeFor[AckRequest](), required: true},
+	"PUT /v1/jobs/{job}/checkpoints/{id}/acks/{participant}":  {model: reflect.TypeFor[AckRequest](), required: true, bound: true},
 	"PUT /v1/jobs/{job}/checkpoints/{id}/votes/{participant}": {model: reflect.TypeFor[VoteRequest](), required: true, bound: true},
 	"POST /v1/tokens":                                         {model: reflect.TypeFor[TokenRequest](), required: true},
 	"POST /v1/jobs/{job}/checkpoints/{id}/commit":             {model: reflect.TypeFor[CommitRequest]()},

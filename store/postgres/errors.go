@@ -72,8 +72,11 @@ func retryable(err error) bool {
 // read-only by default) and says which, in words. A protocol rejection, a constraint
 // error, a serialisation failure or a canceled request is none.
 func storageFailure(err error) (string, bool) {
+	if err == nil || coordinator.IsRejection(err) {
+		return "", false // before pgErr, which escapes: most calls have no error
+	}
 	var pgErr *pgconn.PgError
-	if err == nil || coordinator.IsRejection(err) || !errors.As(err, &pgErr) {
+	if !errors.As(err, &pgErr) {
 		return "", false
 	}
 	switch pgErr.Code {

@@ -4,8 +4,10 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
+	"io"
 	"net/http"
 	"strconv"
+	"sync"
 )
 
 // writeJSON encodes body and writes it with status. HTML escaping is off: encoding/json
@@ -17,18 +19,31 @@ import (
 // large committables is most of the cost of an answer. They are swapped for placeholders
 // before encoding and put back in place of them after (committablesOut).
 func writeJSON(w http.ResponseWriter, contentType string, status int, body any) error {
-	var buf bytes.Buffer
-	enc := json.NewEncoder(&buf)
+	buf := encodeBuffers.Get().(*bytes.Buffer)
+	defer putEncodeBuffer(buf)
+	buf.Reset()
+	enc := json.NewEncoder(buf)
 	enc.SetEscapeHTML(false)
 	var out committablesOut
 	if err := enc.Encode(out.swap(body)); err != nil {
 		return err
 	}
-	text := out.putBack(buf.Bytes())
 	w.Header().Set("Content-Type", contentType)
 	w.WriteHeader(status)
-	_, err := w.Write(text)
-	return err
+	return out.write(w, buf.Bytes())
+}
+
+// encodeBuffers holds the buffers answers are encoded into (committables excepted, so a
+// few hundred bytes each): a ResponseWriter copies what it is given, so a buffer is free
+// again once its answer is written.
+var encodeBuffers = sync.Pool{New: func() any { return new(bytes.Buffer) }}
+
+// putEncodeBuffer returns buf to encodeBuffers, unless an unusual answer (a long list) made
+// it large: the pool keeps only what ordinary answers need.
+func putEncodeBuffer(buf *bytes.Buffer) {
+	if buf.Cap() <= 64<<10 {
+		encodeBuffers.Put(buf)
+	}
 }
 
 // committablesOut holds the committables of an answer while placeholders stand in for
@@ -119,33 +134,45 @@ func (c *committablesOut) items(items []PendingItem) []PendingItem {
 	return out
 }
 
-// putBack replaces the placeholders in encoded by the committables they stand for, in
-// the order they were made (encoding/json writes fields and elements in order).
-func (c *committablesOut) putBack(encoded []byte) []byte {
-	if len(c.raws) == 0 {
-		return encoded
-	}
-	size := len(encoded)
-	for _, raw := range c.raws {
-		size += len(raw)
-	}
-	out := make([]byte, 0, size)
+// write writes encoded to w with the placeholders replaced by the committables they stand
+// for, in the order they were made (encoding/json writes fields and elements in order):
+// the pieces between them, then each committables value as it is stored, without building
+// the whole answer in memory once more. Every placeholder is found before anything is
+// written.
+func (c *committablesOut) write(w io.Writer, encoded []byte) error {
 	rest := encoded
-	for i, raw := range c.raws {
-		at := bytes.Index(rest, placeholderPrefix)
-		want := strconv.Itoa(i)
-		end := at + len(placeholderPrefix) + len(want)
-		if at < 0 || end >= len(rest) || string(rest[at+len(placeholderPrefix):end]) != want || rest[end] != '"' {
-			// Not where it must be: a bug here, never a client's doing. Fail loudly
-			// rather than answer with a placeholder.
-			panic(fmt.Sprintf("api: committables placeholder %d not found in the encoded answer", i))
-		}
-		valueAt := at + len(`"committables":`)
-		out = append(out, rest[:valueAt]...)
-		out = append(out, raw...)
-		rest = rest[end+1:]
+	for i := range c.raws {
+		_, end := c.find(rest, i)
+		rest = rest[end:]
 	}
-	return append(out, rest...)
+	rest = encoded
+	for i, raw := range c.raws {
+		valueAt, end := c.find(rest, i)
+		if _, err := w.Write(rest[:valueAt]); err != nil {
+			return err
+		}
+		if _, err := w.Write(raw); err != nil {
+			return err
+		}
+		rest = rest[end:]
+	}
+	_, err := w.Write(rest)
+	return err
+}
+
+// find finds placeholder i, the first in rest: where its value begins (after the
+// key) and where it ends (after its closing quote).
+func (c *committablesOut) find(rest []byte, i int) (valueAt, end int) {
+	at := bytes.Index(rest, placeholderPrefix)
+	var digits [20]byte
+	want := strconv.AppendInt(digits[:0], int64(i), 10)
+	end = at + len(placeholderPrefix) + len(want)
+	if at < 0 || end >= len(rest) || !bytes.Equal(rest[at+len(placeholderPrefix):end], want) || rest[end] != '"' {
+		// Not where it must be: a bug here, never a client's doing. Fail loudly rather
+		// than answer with a placeholder.
+		panic(fmt.Sprintf("api: committables placeholder %d not found in the encoded answer", i))
+	}
+	return at + len(`"committables":`), end + 1
 }
 
 // jsonResponse is the success answer of every operation: a body of the generated models,

@@ -3,6 +3,7 @@ package postgres
 import (
 	"fmt"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/twophase/coordinator/coordinator"
@@ -214,10 +215,9 @@ const (
 )
 
 func saveVoteArgs(job string, id int64, p *coordinator.ParticipantState) []any {
-	var committables *string
+	var committables any // NULL when there are none; otherwise the text column gets the bytes as they are, uncopied
 	if p.Committables != nil {
-		s := string(p.Committables)
-		committables = &s
+		committables = []byte(p.Committables)
 	}
 	return []any{job, id, p.Name, p.Epoch, nullable(string(p.Vote)), nullable(p.Reason), committables, p.VotedAt}
 }
@@ -277,8 +277,38 @@ const saveStatusSQL = `WITH u AS (
 // saveStatusWithSQL is saveStatusSQL in one statement with the participant write that caused
 // it (write, with n parameters, the first two the job and the checkpoint): the status and
 // decision are then parameters n+1 to n+6, the payload n+7. They change different tables,
-// so neither needs to see the other.
+// so neither needs to see the other. The text is built once per write statement (there are
+// a few, all constants) and kept: a round has one or two such statements.
 func saveStatusWithSQL(write string, n int) string {
+	key := statusWithKey{write, n}
+	statusWith.mu.RLock()
+	sql, ok := statusWith.texts[key]
+	statusWith.mu.RUnlock()
+	if ok {
+		return sql
+	}
+	sql = buildSaveStatusWithSQL(write, n)
+	statusWith.mu.Lock()
+	defer statusWith.mu.Unlock()
+	if statusWith.texts == nil {
+		statusWith.texts = map[statusWithKey]string{}
+	}
+	statusWith.texts[key] = sql
+	return sql
+}
+
+type statusWithKey struct {
+	write string
+	n     int
+}
+
+// statusWith holds the texts saveStatusWithSQL built.
+var statusWith struct {
+	mu    sync.RWMutex
+	texts map[statusWithKey]string
+}
+
+func buildSaveStatusWithSQL(write string, n int) string {
 	status := `UPDATE checkpoints SET status = $` + fmt.Sprint(n+1) + `, decided_at = $` + fmt.Sprint(n+2) +
 		`, completed_at = $` + fmt.Sprint(n+3) + `, abort_reason = $` + fmt.Sprint(n+4) + `, decided_by = $` + fmt.Sprint(n+5) +
 		`, decision_cause = $` + fmt.Sprint(n+6) + ` WHERE job = $1 AND id = $2`

@@ -163,6 +163,9 @@ func valueOr[T any](p *T) T {
 // without the generated handler; through the whole HTTP layer a refused one reaches nothing.
 func TestAckBodyIsBoundOnce(t *testing.T) {
 	t.Parallel()
+	if !requestBodies["PUT /v1/jobs/{job}/checkpoints/{id}/acks/{participant}"].bound {
+		t.Fatal("the ack's body spec is not bound: the generated handler decodes it again")
+	}
 	pw := &problemWriter{logger: slog.New(slog.DiscardHandler)}
 	capture := &captureVotes{}
 	h := boundOperations{ssi: capture, pw: pw} // the generated handler is nil: calling it panics

@@ -580,20 +580,26 @@ func (s *Store) ExpiredJobs(ctx context.Context) ([]string, error) {
 	if err := s.checkOpen(); err != nil {
 		return nil, err
 	}
-	rows, err := s.reader.QueryContext(ctx, expiredJobsSQL, now().UnixMicro())
+	jobs, err := s.readNames(ctx, expiredJobsSQL, now().UnixMicro())
+	return jobs, translate(err)
+}
+
+// readNames runs a read whose rows are one name each, and returns them.
+func (s *Store) readNames(ctx context.Context, query string, args ...any) ([]string, error) {
+	rows, err := s.reader.QueryContext(ctx, query, args...)
 	if err != nil {
-		return nil, translate(err)
+		return nil, err
 	}
 	defer rows.Close()
-	var jobs []string
+	var names []string
 	for rows.Next() {
-		var job string
-		if err := rows.Scan(&job); err != nil {
-			return nil, translate(err)
+		var name string
+		if err := rows.Scan(&name); err != nil {
+			return nil, err
 		}
-		jobs = append(jobs, job)
+		names = append(names, name)
 	}
-	return jobs, translate(rows.Err())
+	return names, rows.Err()
 }
 
 // fromMicros is a stored time: unix microseconds, in UTC.

@@ -238,20 +238,11 @@ func (s *Store) JobsToPrune(ctx context.Context, after string, limit int) ([]str
 	if err := s.checkOpen(); err != nil {
 		return nil, err
 	}
-	rows, err := s.reader.QueryContext(ctx, jobsToPruneSQL, after, now().UnixMicro(), limit)
+	jobs, err := s.readNames(ctx, jobsToPruneSQL, after, now().UnixMicro(), limit)
 	if err != nil {
 		return nil, translate(fmt.Errorf("look for expired checkpoints: %w", err))
 	}
-	defer rows.Close()
-	var jobs []string
-	for rows.Next() {
-		var job string
-		if err := rows.Scan(&job); err != nil {
-			return nil, translate(err)
-		}
-		jobs = append(jobs, job)
-	}
-	return jobs, translate(rows.Err())
+	return jobs, nil
 }
 
 // DeleteExpired implements coordinator.Store. One process owns the data directory: it is

@@ -4,6 +4,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"time"
 )
 
 // Broker wakes the waiters of checkpoints in this process. Stores use it to implement
@@ -18,8 +19,24 @@ type Broker struct {
 type Subscription struct {
 	done   chan struct{}
 	cp     *Checkpoint // set before done is closed, by Publish
+	opened *Opened     // set before done is closed, by PublishOpened
 	cancel func()
 }
+
+// Opened is what a store hands the waiters of a job's changes (AnyCheckpoint) when a
+// transaction of this process whose only change to the job was to open checkpoints has
+// committed: the job's Version before it (From) and after (To), the database's clock it
+// opened them at, and the checkpoints as opened. A waiter that read the job at From knows
+// the job at To without reading it. Receivers share it: they must not change it.
+type Opened struct {
+	From, To    int64
+	Now         time.Time
+	Checkpoints []*Checkpoint
+}
+
+// Opened, once Done is closed, returns what PublishOpened handed the waiter, nil when the
+// wake-up came otherwise (then read).
+func (s *Subscription) Opened() *Opened { return s.opened }
 
 // Done is closed once the checkpoint may have been decided.
 func (s *Subscription) Done() <-chan struct{} { return s.done }
@@ -81,6 +98,20 @@ func (b *Broker) Subscribe(job string, id int64) *Subscription {
 func (b *Broker) Publish(cp *Checkpoint) {
 	b.wake(brokerKey(cp.Job, cp.ID), cp)
 	b.wake(brokerKey(cp.Job, AnyCheckpoint), nil)
+}
+
+// PublishOpened wakes the waiters of every change of job (AnyCheckpoint), as NotifyJob does,
+// handing them o: a store calls it, instead of NotifyJob, once the transaction that did
+// nothing to the job but open o.Checkpoints has committed, and must not change o after.
+func (b *Broker) PublishOpened(job string, o *Opened) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	key := brokerKey(job, AnyCheckpoint)
+	for sub := range b.waiters[key] {
+		sub.opened = o
+		close(sub.done)
+	}
+	delete(b.waiters, key)
 }
 
 // Notify wakes every waiter of the checkpoint, which will read it.

@@ -270,10 +270,26 @@ func (s *Service) Pending(ctx context.Context, job, participant string, wait tim
 	}
 	timer := time.NewTimer(wait)
 	defer timer.Stop()
+	knower, _ := s.store.(VersionKnower)
+	var known *owingView // the last read, or what a hand-over made of it
 	for first := true; ; first = false {
-		// Subscribe before reading, so that a change after the read wakes us.
+		// Subscribe before reading, so that a change after the read wakes us. A state
+		// handed over (Opened) stands only while the store knows the job is still at its
+		// version: a change between the hand-over and this subscription is then read.
 		sub := s.store.Subscribe(job, AnyCheckpoint)
-		p, err := s.pending(ctx, job, participant)
+		if known != nil {
+			if v, ok := knownVersion(knower, job); !ok || v != known.job.Version {
+				known = nil
+			}
+		}
+		if known == nil {
+			var err error
+			if known, err = s.readOwing(ctx, job); err != nil {
+				sub.Cancel()
+				return nil, err
+			}
+		}
+		p, err := known.pending(participant)
 		if first && err == nil && epoch == 0 {
 			epoch = p.Epoch // the caller's, as far as this wait knows
 		}
@@ -283,7 +299,9 @@ func (s *Service) Pending(ctx context.Context, job, participant string, wait tim
 		}
 		select {
 		case <-sub.Done():
-			// Something of the job changed (or may have): read again.
+			// Something of the job changed (or may have): read again, unless this process
+			// only opened checkpoints, from the version last read, and handed them over.
+			known = known.after(sub.Opened())
 		case <-timer.C:
 			sub.Cancel()
 			return p, nil
@@ -297,18 +315,62 @@ func (s *Service) Pending(ctx context.Context, job, participant string, wait tim
 	}
 }
 
+func knownVersion(k VersionKnower, job string) (int64, bool) {
+	if k == nil {
+		return 0, false
+	}
+	return k.KnownVersion(job)
+}
+
 // pending reads what participant owes now, in a read it may share with the other
 // participants of job asking at the same moment.
 func (s *Service) pending(ctx context.Context, job, participant string) (*Pending, error) {
-	j, now, owing, err := s.owingReads.read(ctx, s.store, job)
-	if err == nil {
-		owing = OwingOf(owing, participant)
-		err = CheckParticipant(j, owing, participant)
+	known, err := s.readOwing(ctx, job)
+	if err != nil {
+		return nil, err
 	}
+	return known.pending(participant)
+}
+
+// owingView is a job as read for pending, or as a hand-over made it: the job (with its
+// Version, when the store keeps one), the database's clock and the checkpoints in which
+// anyone may owe something. Its slices are shared: it is read only.
+type owingView struct {
+	job   *Job
+	now   time.Time
+	owing []*Checkpoint
+}
+
+// readOwing reads job for pending, in a read it may share with the other participants of
+// job asking at the same moment.
+func (s *Service) readOwing(ctx context.Context, job string) (*owingView, error) {
+	j, now, owing, err := s.owingReads.read(ctx, s.store, job)
 	if err != nil {
 		return nil, jobError(job, err)
 	}
-	return &Pending{Job: job, Participant: participant, Epoch: j.Epoch(participant), Items: PendingItems(now, owing, participant)}, nil
+	return &owingView{job: j, now: now, owing: owing}, nil
+}
+
+// pending is what participant owes by v.
+func (v *owingView) pending(participant string) (*Pending, error) {
+	owing := OwingOf(v.owing, participant)
+	if err := CheckParticipant(v.job, owing, participant); err != nil {
+		return nil, jobError(v.job.Name, err)
+	}
+	return &Pending{Job: v.job.Name, Participant: participant, Epoch: v.job.Epoch(participant), Items: PendingItems(v.now, owing, participant)}, nil
+}
+
+// after returns the job as it stands after o, nil (read it) if o is nil or does not follow
+// the version v shows: v with o's checkpoints open, at o's version and clock.
+func (v *owingView) after(o *Opened) *owingView {
+	if o == nil || v.job.Version == 0 || o.From != v.job.Version {
+		return nil
+	}
+	job := *v.job
+	job.Version = o.To
+	owing := make([]*Checkpoint, 0, len(v.owing)+len(o.Checkpoints))
+	owing = append(append(owing, v.owing...), o.Checkpoints...)
+	return &owingView{job: &job, now: o.Now, owing: owing}
 }
 
 // Prepare opens the job's next checkpoint. replayed is true when an Idempotency-Key

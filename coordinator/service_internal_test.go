@@ -44,3 +44,36 @@ func TestRetentionPause(t *testing.T) {
 		}
 	}
 }
+
+// What a hand-over makes of the last read: the job with the opened checkpoints, at the new
+// version and clock, only when it follows the version read; otherwise nothing (read).
+func TestOwingViewAfterOpened(t *testing.T) {
+	t0 := time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
+	job := &Job{Name: "j", Config: JobConfig{Participants: []string{"a", "b"}}, Epochs: map[string]int64{"a": 1, "b": 1}, Version: 7}
+	open := func(id int64) *Checkpoint {
+		return &Checkpoint{Job: "j", ID: id, Status: StatusPreparing, CreatedAt: t0, Deadline: t0.Add(time.Minute),
+			Participants: []ParticipantState{{Name: "a"}, {Name: "b"}}}
+	}
+	read := &owingView{job: job, now: t0, owing: []*Checkpoint{open(3)}}
+	o := &Opened{From: 7, To: 8, Now: t0.Add(time.Second), Checkpoints: []*Checkpoint{open(4)}}
+	for name, v := range map[string]*owingView{
+		"no hand-over":            read.after(nil),
+		"from another version":    read.after(&Opened{From: 6, To: 8, Now: o.Now, Checkpoints: o.Checkpoints}),
+		"a store with no version": (&owingView{job: &Job{Name: "j"}, now: t0}).after(&Opened{From: 0, To: 1}),
+	} {
+		if v != nil {
+			t.Errorf("%s: %+v, want nil (read again)", name, v)
+		}
+	}
+	v := read.after(o)
+	if v == nil || v.job.Version != 8 || !v.now.Equal(o.Now) || len(v.owing) != 2 || v.owing[1].ID != 4 {
+		t.Fatalf("after the hand-over: %+v", v)
+	}
+	if job.Version != 7 || len(read.owing) != 1 {
+		t.Errorf("the hand-over changed what was read: version %d, %d checkpoints", job.Version, len(read.owing))
+	}
+	p, err := v.pending("a")
+	if err != nil || len(p.Items) != 2 || p.Items[0].Checkpoint != 3 || p.Items[1].Checkpoint != 4 || p.Epoch != 1 {
+		t.Fatalf("pending after the hand-over: %+v, %v", p, err)
+	}
+}

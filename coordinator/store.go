@@ -81,6 +81,14 @@ type PreparingKnower interface {
 	KnownPreparing(job string, id int64) bool
 }
 
+// VersionKnower is implemented by a store that may know, without reading, the Version of a
+// job as it stands, in a way that a waiter subscribed to the job's changes (AnyCheckpoint)
+// before asking is woken by any change committed after what the store knows (by this
+// process or another).
+type VersionKnower interface {
+	KnownVersion(job string) (int64, bool)
+}
+
 // JobTx is one job inside one database transaction.
 type JobTx interface {
 	// Now is the database's clock, read once the job's lock is held.

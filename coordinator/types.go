@@ -120,6 +120,10 @@ type Job struct {
 	LastCommitted  *int64
 	CreatedAt      time.Time
 	UpdatedAt      time.Time
+	// Version, when a read sets it (Store.Owing on a store that keeps one; 0 otherwise),
+	// is the number that the store raises with every committed change of the job or of
+	// its checkpoints: two reads that show one Version saw the same job and checkpoints.
+	Version int64
 }
 
 // Epoch is p's current epoch, 0 if it never registered.

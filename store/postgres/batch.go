@@ -35,12 +35,13 @@ type batch struct {
 	last      map[string]*jobTx // per job, its latest update in the batch
 	answers   []error           // per update run: its answer once committed
 	decided   [][]*coordinator.Checkpoint
-	announced []string          // jobs whose waiters on any change are told once committed
-	recorded  []recorded        // the votes and acks the batch recorded
-	lingerEnd time.Time         // how long the batch may wait for followers, once it does
-	stale     *bool             // a cached state's check failed: the transaction is lost
-	elsewhere map[string]bool   // jobs whose row another transaction holds locked
-	deferred  []*groupcommit.Op // their updates, not run, for the dispatcher to run again
+	announced []string             // jobs whose waiters on any change are told once committed
+	handovers map[string]*handover // per job, what its waiters on any change may be handed
+	recorded  []recorded           // the votes and acks the batch recorded
+	lingerEnd time.Time            // how long the batch may wait for followers, once it does
+	stale     *bool                // a cached state's check failed: the transaction is lost
+	elsewhere map[string]bool      // jobs whose row another transaction holds locked
+	deferred  []*groupcommit.Op    // their updates, not run, for the dispatcher to run again
 }
 
 // errDeferred marks, in batch.answers, an update set aside because its job's row is locked
@@ -291,6 +292,7 @@ func (b *batch) run() error {
 		if t.announced {
 			b.announced = append(b.announced, o.Job)
 		}
+		b.handOver(o.Job, t)
 		b.last[o.Job] = t
 		b.recorded = append(b.recorded, t.recorded...)
 	}
@@ -330,6 +332,37 @@ func (b *batch) findLockedElsewhere(jobs ...string) error {
 		}
 	}
 	return results.Close()
+}
+
+// handover is what a batch did to one job, as far as the job's waiters on any change need
+// to know: the job's version before the batch's first update of it that ran (from) and
+// after its last (to), and whether the batch did nothing to the job but open checkpoints.
+type handover struct {
+	from, to   int64
+	now        time.Time
+	opened     []*coordinator.Checkpoint
+	onlyOpened bool
+	sent       bool
+}
+
+// handOver notes what update t, which ran, did to job. The versions of one job's updates
+// in a batch follow one another (the batch holds the job's lock): t.version is the one
+// its update leaves, one above the one it began from, or the same as the update before
+// it when it was handed on. An update before t that did not run (given up on) may have
+// raised the version already: from is then above the version before the batch, which no
+// waiter has read, and nothing is handed over.
+func (b *batch) handOver(job string, t *jobTx) {
+	h := b.handovers[job]
+	if h == nil {
+		if b.handovers == nil {
+			b.handovers = map[string]*handover{}
+		}
+		h = &handover{from: t.version - 1, onlyOpened: true}
+		b.handovers[job] = h
+	}
+	h.to, h.now = t.version, t.now
+	h.opened = append(h.opened, t.opened...)
+	h.onlyOpened = h.onlyOpened && !t.changedElse && t.version > 0
 }
 
 // takeJoiners asks the dispatcher for the updates that came for the batch's jobs, waiting
@@ -389,7 +422,21 @@ func (b *batch) finish(began time.Time) error {
 		}
 	}
 	for _, job := range b.announced {
-		b.c.store.broker.NotifyJob(job)
+		h := b.handovers[job]
+		switch {
+		case h == nil:
+			b.c.store.broker.NotifyJob(job)
+		case h.sent:
+		case h.onlyOpened && len(h.opened) > 0:
+			h.sent = true
+			cps := make([]*coordinator.Checkpoint, len(h.opened))
+			for i, cp := range h.opened {
+				cps[i] = cp.Clone() // with its Seq, which the database gave it
+			}
+			b.c.store.broker.PublishOpened(job, &coordinator.Opened{From: h.from, To: h.to, Now: h.now, Checkpoints: cps})
+		default:
+			b.c.store.broker.NotifyJob(job)
+		}
 	}
 	for i, o := range b.ops {
 		for _, cp := range b.decided[i] {

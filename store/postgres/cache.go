@@ -152,6 +152,18 @@ func (c *stateCache) knownPreparing(job string, id int64) bool {
 	return cp != nil && cp.Status == coordinator.StatusPreparing
 }
 
+// knownVersion returns job's version by what this process knows, without a read: its
+// cached state's, while the listener is listening (DESIGN.md, invariant 6).
+func (c *stateCache) knownVersion(job string) (int64, bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	st := c.jobs[job]
+	if !c.listening || st == nil {
+		return 0, false
+	}
+	return st.version, true
+}
+
 // contended notes that job's cached state was found stale (or may have been: the batch
 // that found it had other jobs too); the job is not cached for contendedFor.
 func (c *stateCache) contended(job string) {

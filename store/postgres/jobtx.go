@@ -60,6 +60,10 @@ type jobTx struct {
 	// recorded names the checkpoints on which this update recorded a vote or an ack: the
 	// other participants' may be on their way (awaited).
 	recorded []recorded
+	// opened holds the checkpoints this update opened; changedElse is true once it wrote
+	// anything else (then the job's waiters read what changed instead of being handed it).
+	opened      []*coordinator.Checkpoint
+	changedElse bool
 }
 
 // recorded is a vote (ack false) or an ack recorded on a checkpoint.
@@ -327,18 +331,22 @@ func (t *jobTx) beginView(name string) error {
 // viewRow scans the columns viewSQL reads before the checkpoints': the job's, the clock,
 // the epochs.
 type viewRow struct {
-	job    jobRow
-	now    time.Time
-	names  []string
-	epochs []int64
+	job     jobRow
+	version int64
+	now     time.Time
+	names   []string
+	epochs  []int64
 }
 
-func (r *viewRow) dest() []any { return append(r.job.dest(), &r.now, &r.names, &r.epochs) }
+func (r *viewRow) dest() []any {
+	return append(r.job.dest(), &r.version, &r.now, &r.names, &r.epochs)
+}
 
-// get returns the job scanned, with its epochs.
+// get returns the job scanned, with its epochs and version.
 func (r *viewRow) get() *coordinator.Job {
 	j := r.job.get()
 	j.Epochs = epochsOf(r.names, r.epochs)
+	j.Version = r.version
 	return j
 }
 
@@ -581,6 +589,10 @@ func (t *jobTx) Apply(ctx context.Context, m *coordinator.Mutation) error {
 	}
 	if m.Opened != nil {
 		t.queueInsert(m.Opened, m.Idempotency, cps[m.Opened.ID])
+		t.opened = append(t.opened, m.Opened)
+	}
+	if len(m.Epochs) > 0 || len(m.Votes) > 0 || len(m.Acks) > 0 || len(m.Statuses) > 0 || m.JobDeleted || len(m.Audit) > 0 {
+		t.changedElse = true
 	}
 	for _, e := range m.Epochs {
 		t.queue.add("set epoch of "+e.Participant, setEpochSQL, t.job.Name, e.Participant, e.Epoch)

@@ -108,7 +108,7 @@ var owingSQL = checkpointsSQL(`
 // there is none, none when the job is missing). In one statement, sent with BEGIN, it is
 // all that a participant's pending needs (jobTx.Owing picks the participant's from it), so
 // that the long-polls of a fleet cost one round trip and two statements fewer per read.
-var viewSQL = `SELECT ` + jobRowColumns + `, clock_timestamp(), e.participants, e.epochs,
+var viewSQL = `SELECT ` + jobRowColumns + `, j.version, clock_timestamp(), e.participants, e.epochs,
 	` + checkpointColumns + `, ` + participantColumns + `
 	FROM jobs j
 	CROSS JOIN (` + epochsSQL + `) e

@@ -219,6 +219,11 @@ func (s *Store) KnownPreparing(job string, id int64) bool {
 	return s.committer.cache.knownPreparing(job, id)
 }
 
+// KnownVersion implements coordinator.VersionKnower: see stateCache.knownVersion.
+func (s *Store) KnownVersion(job string) (int64, bool) {
+	return s.committer.cache.knownVersion(job)
+}
+
 // Subscribe implements coordinator.Store.
 func (s *Store) Subscribe(job string, id int64) *coordinator.Subscription {
 	return s.broker.Subscribe(job, id)

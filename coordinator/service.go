@@ -361,7 +361,8 @@ func (v *owingView) pending(participant string) (*Pending, error) {
 }
 
 // after returns the job as it stands after o, nil (read it) if o is nil or does not follow
-// the version v shows: v with o's checkpoints open, at o's version and clock.
+// the version v shows: v with o's checkpoints open, at o's version, and at o's clock or
+// v's, whichever is later (the batch may have read its clock before v was read).
 func (v *owingView) after(o *Opened) *owingView {
 	if o == nil || v.job.Version == 0 || o.From != v.job.Version {
 		return nil
@@ -370,7 +371,11 @@ func (v *owingView) after(o *Opened) *owingView {
 	job.Version = o.To
 	owing := make([]*Checkpoint, 0, len(v.owing)+len(o.Checkpoints))
 	owing = append(append(owing, v.owing...), o.Checkpoints...)
-	return &owingView{job: &job, now: o.Now, owing: owing}
+	now := o.Now
+	if v.now.After(now) {
+		now = v.now
+	}
+	return &owingView{job: &job, now: now, owing: owing}
 }
 
 // Prepare opens the job's next checkpoint. replayed is true when an Idempotency-Key

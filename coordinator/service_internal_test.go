@@ -69,6 +69,11 @@ func TestOwingViewAfterOpened(t *testing.T) {
 	if v == nil || v.job.Version != 8 || !v.now.Equal(o.Now) || len(v.owing) != 2 || v.owing[1].ID != 4 {
 		t.Fatalf("after the hand-over: %+v", v)
 	}
+	// A batch whose clock was read before the read's keeps the later one.
+	late := &owingView{job: job, now: t0.Add(time.Hour)}
+	if w := late.after(o); w == nil || !w.now.Equal(late.now) {
+		t.Errorf("a hand-over with an earlier clock: %+v, want the read's clock", w)
+	}
 	if job.Version != 7 || len(read.owing) != 1 {
 		t.Errorf("the hand-over changed what was read: version %d, %d checkpoints", job.Version, len(read.owing))
 	}

@@ -104,14 +104,7 @@ func (b *Broker) Publish(cp *Checkpoint) {
 // handing them o: a store calls it, instead of NotifyJob, once the transaction that did
 // nothing to the job but open o.Checkpoints has committed, and must not change o after.
 func (b *Broker) PublishOpened(job string, o *Opened) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	key := brokerKey(job, AnyCheckpoint)
-	for sub := range b.waiters[key] {
-		sub.opened = o
-		close(sub.done)
-	}
-	delete(b.waiters, key)
+	b.wakeWith(brokerKey(job, AnyCheckpoint), nil, o)
 }
 
 // Notify wakes every waiter of the checkpoint, which will read it.
@@ -130,14 +123,17 @@ func (b *Broker) NotifyKey(key string) {
 	}
 }
 
-func (b *Broker) wake(key string, cp *Checkpoint) {
+func (b *Broker) wake(key string, cp *Checkpoint) { b.wakeWith(key, cp, nil) }
+
+// wakeWith wakes the waiters of key, handing them cp (Decided) and o (Opened).
+func (b *Broker) wakeWith(key string, cp *Checkpoint, o *Opened) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	if len(b.waiters[key]) == 0 {
 		return
 	}
 	for sub := range b.waiters[key] {
-		sub.cp = cp
+		sub.cp, sub.opened = cp, o
 		close(sub.done)
 	}
 	delete(b.waiters, key)

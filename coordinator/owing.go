@@ -5,7 +5,6 @@ import (
 	"errors"
 	"runtime"
 	"sync"
-	"time"
 )
 
 // owingReads shares the reads behind pending between the callers that want one of the same
@@ -25,11 +24,9 @@ type owingReads struct {
 // owingRead is one read of a job and what anyone owes in it, shared by its callers, which
 // only read what it holds.
 type owingRead struct {
-	done  chan struct{}
-	job   *Job
-	now   time.Time
-	owing []*Checkpoint
-	err   error
+	done chan struct{}
+	view owingView
+	err  error
 	// gaveUp is set when the read failed after its first caller's context ended: whatever
 	// the store made of that (a cancellation, a broken connection), it is no answer for
 	// the others.
@@ -44,8 +41,8 @@ func newOwingReads() *owingReads {
 }
 
 // read returns job, the database's clock and the checkpoints in which anyone may owe
-// something, read once the call began.
-func (r *owingReads) read(ctx context.Context, store Store, job string) (*Job, time.Time, []*Checkpoint, error) {
+// something, read once the call began. The view is shared with the other callers.
+func (r *owingReads) read(ctx context.Context, store Store, job string) (*owingView, error) {
 	for {
 		r.mu.Lock()
 		rd, joined := r.open[job]
@@ -61,19 +58,19 @@ func (r *owingReads) read(ctx context.Context, store Store, job string) (*Job, t
 			delete(r.open, job)
 			r.mu.Unlock()
 			rd.run(ctx, store, job)
-			return rd.job, rd.now, rd.owing, rd.err
+			return rd.answer()
 		}
 		select {
 		case <-rd.done:
 		case <-ctx.Done():
-			return nil, time.Time{}, nil, ctx.Err()
+			return nil, ctx.Err()
 		}
 		// A read that its first caller gave up on, or that never ended, is no answer for the
 		// others: read again (its first caller took it out of open before sending it).
 		if rd.gaveUp || rd.err == errReadUnfinished {
 			continue
 		}
-		return rd.job, rd.now, rd.owing, rd.err
+		return rd.answer()
 	}
 }
 
@@ -81,6 +78,14 @@ func (r *owingReads) read(ctx context.Context, store Store, job string) (*Job, t
 func (rd *owingRead) run(ctx context.Context, store Store, job string) {
 	defer close(rd.done) // even if the store panics: the others then read again
 	rd.err = errReadUnfinished
-	rd.job, rd.now, rd.owing, rd.err = store.Owing(ctx, job, "")
+	rd.view.job, rd.view.now, rd.view.owing, rd.err = store.Owing(ctx, job, "")
 	rd.gaveUp = rd.err != nil && ctx.Err() != nil
+}
+
+// answer is what rd's callers get: its view, or its error.
+func (rd *owingRead) answer() (*owingView, error) {
+	if rd.err != nil {
+		return nil, rd.err
+	}
+	return &rd.view, nil
 }

@@ -53,16 +53,17 @@ func TestOwingReadsJoinAReadNotSent(t *testing.T) {
 	got := make([][]*Checkpoint, 3)
 	for i := range got {
 		wg.Go(func() {
-			_, _, owing, err := r.read(context.Background(), st, "j")
+			v, err := r.read(context.Background(), st, "j")
 			if err != nil {
 				t.Error(err)
+				return
 			}
-			got[i] = owing
+			got[i] = v.owing
 		})
 	}
 	time.Sleep(20 * time.Millisecond) // they join
 	sendRead(r, "j", rd)
-	rd.job, rd.owing = st.job, st.owing
+	rd.view.job, rd.view.owing = st.job, st.owing
 	close(rd.done)
 	wg.Wait()
 	if n := st.calls.Load(); n != 0 {
@@ -84,7 +85,7 @@ func TestOwingReadsNeverJoinARunningRead(t *testing.T) {
 	r := newOwingReads()
 	first := make(chan error, 1)
 	go func() {
-		_, _, _, err := r.read(context.Background(), st, "j")
+		_, err := r.read(context.Background(), st, "j")
 		first <- err
 	}()
 	for st.calls.Load() == 0 { // the first read is sent
@@ -92,7 +93,7 @@ func TestOwingReadsNeverJoinARunningRead(t *testing.T) {
 	}
 	second := make(chan error, 1)
 	go func() {
-		_, _, _, err := r.read(context.Background(), st, "j")
+		_, err := r.read(context.Background(), st, "j")
 		second <- err
 	}()
 	for deadline := time.Now().Add(5 * time.Second); st.calls.Load() < 2; {
@@ -165,9 +166,9 @@ func joinOpenRead(t *testing.T, r *owingReads, st *owingStore) (rd *owingRead, a
 	r.open["j"] = rd
 	ch := make(chan error, 1)
 	go func() {
-		_, _, owing, err := r.read(context.Background(), st, "j")
-		if err == nil && len(owing) != 2 {
-			t.Errorf("got %d checkpoints, want 2", len(owing))
+		v, err := r.read(context.Background(), st, "j")
+		if err == nil && len(v.owing) != 2 {
+			t.Errorf("got %d checkpoints, want 2", len(v.owing))
 		}
 		ch <- err
 	}()
@@ -235,7 +236,7 @@ func TestOwingReadsSurviveAPanic(t *testing.T) {
 				t.Error("the store's panic did not reach the first caller")
 			}
 		}()
-		_, _, _, _ = r.read(context.Background(), panicStore{}, "k")
+		_, _ = r.read(context.Background(), panicStore{}, "k")
 	}()
 	if _, open := r.open["k"]; open {
 		t.Error("a read whose store panicked is still open to join")

@@ -344,11 +344,11 @@ type owingView struct {
 // readOwing reads job for pending, in a read it may share with the other participants of
 // job asking at the same moment.
 func (s *Service) readOwing(ctx context.Context, job string) (*owingView, error) {
-	j, now, owing, err := s.owingReads.read(ctx, s.store, job)
+	v, err := s.owingReads.read(ctx, s.store, job)
 	if err != nil {
 		return nil, jobError(job, err)
 	}
-	return &owingView{job: j, now: now, owing: owing}, nil
+	return v, nil
 }
 
 // pending is what participant owes by v.

@@ -184,6 +184,14 @@ func BenchmarkPath(b *testing.B) {
 		}
 		return id
 	})
+	// What a participant owes, read: a committing checkpoint (each participant a row).
+	run("pending", 2, func(b *testing.B, svc *coordinator.Service, id int64) int64 {
+		p, err := svc.Pending(ctx, "job-0", "a", 0, 0)
+		if err != nil || len(p.Items) != 1 {
+			b.Fatal(p, err)
+		}
+		return id
+	})
 	// The time from the deciding vote's request to a waiting long-poll's answer.
 	run("long-poll-wake-up", 1, func(b *testing.B, svc *coordinator.Service, id int64) int64 {
 		b.StopTimer()

@@ -424,6 +424,9 @@ func (t *jobTx) writable() error {
 
 // scanCheckpoints reads the rows of a checkpointsSQL query, or of stateSQL with its first
 // columns scanned into prefix (rows whose checkpoint columns are NULL carry only those).
+// Those first columns are the job's, the same on every row: only the first row's are
+// decoded (the later rows skip them), which spares decoding the job's arrays once per
+// participant of every checkpoint read.
 func scanCheckpoints(rows pgx.Rows, prefix ...any) ([]*coordinator.Checkpoint, error) {
 	defer rows.Close()
 	var cps []*coordinator.Checkpoint
@@ -439,9 +442,14 @@ func scanCheckpoints(rows pgx.Rows, prefix ...any) ([]*coordinator.Checkpoint, e
 		cause                  *string
 		p                      participantRow
 	)
-	dest := append(prefix, &job, &id, &seq, &status, &autoCommit, &createdAt, &deadline, &decidedAt, &completedAt, &reason, &decidedBy, &cause)
-	dest = append(dest, p.dest()...)
-	for rows.Next() {
+	pdest := p.dest()
+	dest := make([]any, 0, len(prefix)+12+len(pdest))
+	dest = append(append(dest, prefix...), &job, &id, &seq, &status, &autoCommit, &createdAt, &deadline, &decidedAt, &completedAt, &reason, &decidedBy, &cause)
+	dest = append(dest, pdest...)
+	for n := 0; rows.Next(); n++ {
+		if n == 1 {
+			clear(dest[:len(prefix)]) // nil: pgx skips the column
+		}
 		if err := rows.Scan(dest...); err != nil {
 			return nil, err
 		}

@@ -26,3 +26,9 @@ func WaitListening(s *Store, d time.Duration) bool {
 	}
 	return false
 }
+
+// OwingStatements are the statements that read what is owed, each with its arguments for
+// job j: the read of pending (a View) and a transaction's Owing for anyone.
+func OwingStatements(job string) map[string][]any {
+	return map[string][]any{"viewSQL": {viewSQL, job}, "owingSQL": {owingSQL, job, ""}}
+}

@@ -93,11 +93,19 @@ var preparingSQL = checkpointsSQL(`SELECT c.*, c.id AS ord FROM checkpoints c WH
 // checkpointSQL reads checkpoint $2 of job $1.
 var checkpointSQL = checkpointsSQL(`SELECT c.*, 0 AS ord FROM checkpoints c WHERE c.job = $1 AND c.id = $2`)
 
-// owingSQL reads, with the partial index on unacked participants, job $1's checkpoints where
-// participant $2 (or, if empty, anyone) may still owe something.
+// owingUnackedSQL narrows a job's checkpoints to those with an unacked participant, through
+// the partial index on unacked participants: what is owed is found among the job's open
+// work (and its aborted checkpoints), never by walking its history. Without it PostgreSQL
+// checks the EXISTS below on every checkpoint of the job, a sequential scan once history
+// is large.
+const owingUnackedSQL = `c.id IN (
+		SELECT u.checkpoint_id FROM checkpoint_participants u WHERE u.job = $1 AND u.acked_at IS NULL)`
+
+// owingSQL reads job $1's checkpoints where participant $2 (or, if empty, anyone) may still
+// owe something.
 var owingSQL = checkpointsSQL(`
 	SELECT c.*, c.id AS ord FROM checkpoints c
-	WHERE c.job = $1 AND EXISTS (
+	WHERE c.job = $1 AND ` + owingUnackedSQL + ` AND EXISTS (
 		SELECT 1 FROM checkpoint_participants p
 		WHERE p.job = c.job AND p.checkpoint_id = c.id AND p.acked_at IS NULL
 		  AND ($2 = '' OR p.participant = $2)
@@ -114,7 +122,7 @@ var viewSQL = `SELECT ` + jobRowColumns + `, j.version, clock_timestamp(), e.par
 	CROSS JOIN (` + epochsSQL + `) e
 	LEFT JOIN ((
 		SELECT c.* FROM checkpoints c
-		WHERE c.job = $1 AND EXISTS (
+		WHERE c.job = $1 AND ` + owingUnackedSQL + ` AND EXISTS (
 			SELECT 1 FROM checkpoint_participants p
 			WHERE p.job = c.job AND p.checkpoint_id = c.id AND p.acked_at IS NULL
 			  AND (c.status IN ('preparing', 'committing') OR (c.status = 'aborted' AND p.vote = 'prepared')))

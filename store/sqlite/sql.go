@@ -77,9 +77,16 @@ const preparingSQL = "SELECT " + checkpointColumns + " FROM checkpoints c WHERE 
 const checkpointSQL = "SELECT " + checkpointColumns + " FROM checkpoints c WHERE c.job = ? AND c.id = ?"
 
 // owingSQL selects by id the checkpoints (checkpointColumns) where a participant may still owe a vote or an ack: ?1 the job, ?2 the participant (empty: any).
+// The checkpoints are found through the partial index on unacked participants, among the
+// job's open work and its aborted checkpoints, never by walking its history: without the
+// IN, SQLite checks the EXISTS on every checkpoint of the job; without INDEXED BY, it may
+// walk every participant row of the job by the primary key.
 const owingSQL = `
 	SELECT ` + checkpointColumns + ` FROM checkpoints c
-	WHERE c.job = ?1 AND EXISTS (
+	WHERE c.job = ?1 AND c.id IN (
+		SELECT u.checkpoint_id FROM checkpoint_participants u INDEXED BY checkpoint_participants_unacked
+		WHERE u.job = ?1 AND u.acked_at IS NULL)
+	  AND EXISTS (
 		SELECT 1 FROM checkpoint_participants p
 		WHERE p.job = c.job AND p.checkpoint_id = c.id AND p.acked_at IS NULL
 		  AND (?2 = '' OR p.participant = ?2)

@@ -1,7 +1,6 @@
 package sqlite
 
 import (
-	"path/filepath"
 	"strings"
 	"testing"
 )
@@ -12,11 +11,7 @@ import (
 // pending answers right are the conformance tests'.
 func TestOwingFoundWithoutWalkingHistory(t *testing.T) {
 	t.Parallel()
-	st, err := Open(t.Context(), filepath.Join(t.TempDir(), "data"), Options{Migrate: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer st.Close()
+	st := openMigrated(t)
 	rows, err := st.reader.QueryContext(t.Context(), "EXPLAIN QUERY PLAN "+owingSQL, "j", "")
 	if err != nil {
 		t.Fatal(err)

@@ -5,16 +5,23 @@ import (
 	"testing"
 )
 
+// openMigrated opens a store on a new data directory, migrated, closed when t ends.
+func openMigrated(t *testing.T) *Store {
+	t.Helper()
+	st, err := Open(t.Context(), filepath.Join(t.TempDir(), "data"), Options{Migrate: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(st.Close)
+	return st
+}
+
 // Every connection must fsync on commit (synchronous=FULL is per connection), enforce
 // foreign keys and wait on busy locks; the file must be in WAL mode; readers must refuse
 // writes.
 func TestConnectionSettings(t *testing.T) {
 	t.Parallel()
-	st, err := Open(t.Context(), filepath.Join(t.TempDir(), "data"), Options{Migrate: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer st.Close()
+	st := openMigrated(t)
 	for name, db := range map[string]interface {
 		querier
 	}{"writer": st.writer, "reader": st.reader} {

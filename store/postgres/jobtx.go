@@ -599,7 +599,7 @@ func (t *jobTx) Apply(ctx context.Context, m *coordinator.Mutation) error {
 		t.queueInsert(m.Opened, m.Idempotency, cps[m.Opened.ID])
 		t.opened = append(t.opened, m.Opened)
 	}
-	if len(m.Epochs) > 0 || len(m.Votes) > 0 || len(m.Acks) > 0 || len(m.Statuses) > 0 || m.JobDeleted || len(m.Audit) > 0 {
+	if m.ChangesBesidesOpening() {
 		t.changedElse = true
 	}
 	for _, e := range m.Epochs {

@@ -271,7 +271,8 @@ func (s *Service) Pending(ctx context.Context, job, participant string, wait tim
 	timer := time.NewTimer(wait)
 	defer timer.Stop()
 	knower, _ := s.store.(VersionKnower)
-	var known *owingView // the last read, or what a hand-over made of it
+	owingKnower, _ := s.store.(OwingKnower)
+	var known *owingView // the last read, or what a hand-over or the store's knowledge made of it
 	for first := true; ; first = false {
 		// Subscribe before reading, so that a change after the read wakes us. A state
 		// handed over (Opened) stands only while the store knows the job is still at its
@@ -281,6 +282,9 @@ func (s *Service) Pending(ctx context.Context, job, participant string, wait tim
 			if v, ok := knownVersion(knower, job); !ok || v != known.job.Version {
 				known = nil
 			}
+		}
+		if known == nil {
+			known = knownOwing(owingKnower, job, participant, epoch)
 		}
 		if known == nil {
 			var err error
@@ -320,6 +324,25 @@ func knownVersion(k VersionKnower, job string) (int64, bool) {
 		return 0, false
 	}
 	return k.KnownVersion(job)
+}
+
+// knownOwing returns job as the store knows it without a read if by that participant owes
+// nothing at epoch (0: whatever its epoch), nil otherwise. The store's knowledge is trusted
+// for nothing more (OwingKnower): a participant it says owes something, or does not
+// know, is read.
+func knownOwing(k OwingKnower, job, participant string, epoch int64) *owingView {
+	if k == nil {
+		return nil
+	}
+	j, now, owing, ok := k.KnownOwing(job)
+	if !ok {
+		return nil
+	}
+	v := &owingView{job: j, now: now, owing: owing}
+	if p, err := v.pending(participant); err != nil || len(p.Items) > 0 || epoch != 0 && p.Epoch != epoch {
+		return nil
+	}
+	return v
 }
 
 // pending reads what participant owes now, in a read it may share with the other

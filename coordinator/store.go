@@ -89,6 +89,19 @@ type VersionKnower interface {
 	KnownVersion(job string) (int64, bool)
 }
 
+// OwingKnower is implemented by a store that may know, without reading, what anyone owes
+// on a job: the job (with its Version), a clock no later than the database's, and every
+// checkpoint on which anyone may owe something, lowest id first, in a way that a waiter
+// subscribed to the job's changes (AnyCheckpoint) before asking is woken by any change
+// committed after what the store knows that can make something owed: a checkpoint opened
+// or decided, a participant registered, the job changed or deleted, by this process or
+// another. What it knows may miss what only settled something owed (a vote or an ack
+// through another process), so it is trusted only to say that a participant owes
+// nothing. What it returns is shared: callers only read it.
+type OwingKnower interface {
+	KnownOwing(job string) (*Job, time.Time, []*Checkpoint, bool)
+}
+
 // JobTx is one job inside one database transaction.
 type JobTx interface {
 	// Now is the database's clock, read once the job's lock is held.

@@ -1,8 +1,10 @@
 package postgres
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 	"time"
 
@@ -32,12 +34,17 @@ func scanLockIfUnchanged(row pgx.Row, now *time.Time) error {
 }
 
 // jobState is what a committed batch left of a job, valid while its version is version
-// (DESIGN.md, invariant 1).
+// (DESIGN.md, invariant 1). Nothing in it changes once cached: readers share it.
 type jobState struct {
 	version     int64
 	job         *coordinator.Job
-	checkpoints map[int64]*coordinator.Checkpoint // every preparing checkpoint, and the committing ones
+	checkpoints map[int64]*coordinator.Checkpoint // every preparing checkpoint, and the others it read that anyone may owe on
 	lastNow     time.Time                         // the clock its last update used
+	// owedOutside and knowsOwed are the jobTx's: the checkpoints owed on that it does not
+	// hold, whether that list is whole. With none, checkpoints holds every checkpoint on
+	// which anyone may owe something.
+	owedOutside []int64
+	knowsOwed   bool
 }
 
 // maxCachedJobs bounds the cache; past it, jobs not cached yet are not.
@@ -164,6 +171,30 @@ func (c *stateCache) knownVersion(job string) (int64, bool) {
 	return st.version, true
 }
 
+// knownOwing returns job as this process knows it without a read, while the listener is
+// listening: the job at its cached version, the clock its last update used and the
+// checkpoints on which anyone may owe something, lowest id first, if the cache holds every
+// such checkpoint (DESIGN.md, invariant 14). What it returns is shared: read only.
+func (c *stateCache) knownOwing(job string) (*coordinator.Job, time.Time, []*coordinator.Checkpoint, bool) {
+	c.mu.Lock()
+	st := c.jobs[job]
+	listening := c.listening
+	c.mu.Unlock()
+	if !listening || st == nil || !st.knowsOwed || len(st.owedOutside) > 0 {
+		return nil, time.Time{}, nil, false
+	}
+	var owing []*coordinator.Checkpoint
+	for _, cp := range st.checkpoints {
+		if coordinator.MayOwe(cp, "") {
+			owing = append(owing, cp)
+		}
+	}
+	slices.SortFunc(owing, func(a, b *coordinator.Checkpoint) int { return cmp.Compare(a.ID, b.ID) })
+	j := *st.job
+	j.Version = st.version
+	return &j, st.lastNow, owing, true
+}
+
 // contended notes that job's cached state was found stale (or may have been: the batch
 // that found it had other jobs too); the job is not cached for contendedFor.
 func (c *stateCache) contended(job string) {
@@ -211,14 +242,21 @@ func (t *jobTx) cacheState(version int64) *jobState {
 	}
 	open := make(map[int64]*coordinator.Checkpoint)
 	for id, cp := range t.checkpoints {
-		if cp.Status == coordinator.StatusPreparing || cp.Status == coordinator.StatusCommitting {
+		if cp.Status == coordinator.StatusPreparing || cp.Status == coordinator.StatusCommitting || coordinator.MayOwe(cp, "") {
 			open[id] = cp
 		}
 	}
 	if len(open) > maxCachedCheckpoints {
 		return nil
 	}
-	return &jobState{version: version, job: coordinator.CloneJob(t.job), checkpoints: open, lastNow: t.now}
+	var outside []int64
+	for _, id := range t.owedOutside {
+		if t.checkpoints[id] == nil {
+			outside = append(outside, id) // not read since: what it owes is not known here
+		}
+	}
+	return &jobState{version: version, job: coordinator.CloneJob(t.job), checkpoints: open, lastNow: t.now,
+		owedOutside: outside, knowsOwed: t.knowsOwed}
 }
 
 // resume begins t from a cached state, as handOn does from the update before it.
@@ -228,4 +266,5 @@ func (t *jobTx) resume(st *jobState, now, nowAt time.Time, hint int64) {
 		cps[id] = cp.Clone()
 	}
 	t.start(coordinator.CloneJob(st.job), cps, now, nowAt, hint)
+	t.owedOutside, t.knowsOwed = st.owedOutside, st.knowsOwed
 }

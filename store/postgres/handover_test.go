@@ -2,6 +2,7 @@ package postgres_test
 
 import (
 	"context"
+	"errors"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -10,11 +11,12 @@ import (
 	"github.com/twophase/coordinator/store/postgres"
 )
 
-// readCounting is the store with its reads for pending counted; what it knows without
-// reading (KnownVersion, KnownPreparing) comes through unchanged.
+// readCounting is the store with its reads for pending counted, and how often pending
+// asked what the store knows without a read (KnownOwing, which a long-poll asks each time
+// it has no view of the job to wait on); what the store knows comes through unchanged.
 type readCounting struct {
 	*postgres.Store
-	reads atomic.Int64
+	reads, looks atomic.Int64
 }
 
 func (s *readCounting) Owing(ctx context.Context, job, participant string) (*coordinator.Job, time.Time, []*coordinator.Checkpoint, error) {
@@ -22,13 +24,19 @@ func (s *readCounting) Owing(ctx context.Context, job, participant string) (*coo
 	return s.Store.Owing(ctx, job, participant)
 }
 
+func (s *readCounting) KnownOwing(job string) (*coordinator.Job, time.Time, []*coordinator.Checkpoint, bool) {
+	s.looks.Add(1)
+	return s.Store.KnownOwing(job)
+}
+
 type pendingAnswer struct {
 	p   *coordinator.Pending
 	err error
 }
 
-// waitPending starts a long-poll of participant on pending and returns once it waits: its
-// read is done (reads reached want) and it has had time to subscribe.
+// waitPending starts a long-poll of participant on pending and returns once it waits: it
+// has looked at what the store knows (looks reached want), read if it had to, and had time
+// to subscribe.
 func waitPending(t *testing.T, svc *coordinator.Service, s *readCounting, participant string, want int64) <-chan pendingAnswer {
 	t.Helper()
 	ch := make(chan pendingAnswer, 1)
@@ -36,13 +44,23 @@ func waitPending(t *testing.T, svc *coordinator.Service, s *readCounting, partic
 		p, err := svc.Pending(t.Context(), "j", participant, 20*time.Second, 0)
 		ch <- pendingAnswer{p, err}
 	}()
-	for deadline := time.Now().Add(5 * time.Second); s.reads.Load() < want; time.Sleep(time.Millisecond) {
+	for deadline := time.Now().Add(5 * time.Second); s.looks.Load() < want; time.Sleep(time.Millisecond) {
 		if time.Now().After(deadline) {
-			t.Fatalf("the long-poll of %s did not read within 5 s (%d reads)", participant, s.reads.Load())
+			t.Fatalf("the long-poll of %s did not look within 5 s (%d looks)", participant, s.looks.Load())
 		}
 	}
-	time.Sleep(200 * time.Millisecond) // from its read to its wait
+	time.Sleep(200 * time.Millisecond) // from its look (and read) to its wait
 	return ch
+}
+
+// notYet fails if the long-poll answered: it should still be waiting.
+func notYet(t *testing.T, ch <-chan pendingAnswer, what string) {
+	t.Helper()
+	select {
+	case a := <-ch:
+		t.Fatalf("%s: the long-poll answered %+v (%v), want it waiting", what, a.p, a.err)
+	default:
+	}
 }
 
 func answered(t *testing.T, ch <-chan pendingAnswer) *coordinator.Pending {
@@ -78,9 +96,14 @@ func TestOpenedCheckpointHandedToWaiters(t *testing.T) {
 	epochs := setUpJob(t, svc, time.Minute)
 
 	for id := int64(1); id <= 3; id++ {
-		before := local.reads.Load()
-		pa, pb := waitPending(t, svc, local, "pa", before+1), waitPending(t, svc, local, "pb", before+2)
+		before, looked := local.reads.Load(), local.looks.Load()
+		pa, pb := waitPending(t, svc, local, "pa", looked+1), waitPending(t, svc, local, "pb", looked+2)
+		// This process committed the job's last change: the long-polls owe nothing by what it
+		// cached, and wait without reading.
 		read := local.reads.Load()
+		if read != before {
+			t.Errorf("checkpoint %d: the long-polls read %d times before it opened, want 0", id, read-before)
+		}
 		if _, _, err := svc.Prepare(ctx, "j", coordinator.PrepareRequest{}); err != nil {
 			t.Fatal(err)
 		}
@@ -105,16 +128,171 @@ func TestOpenedCheckpointHandedToWaiters(t *testing.T) {
 		}
 	}
 
-	// Opened through the other coordinator: this one hears of it and reads.
+	// Opened through the other coordinator: this one hears of it, drops what it cached of
+	// the job, and reads.
 	before := local.reads.Load()
-	pa := waitPending(t, svc, local, "pa", before+1)
+	pa := waitPending(t, svc, local, "pa", local.looks.Load()+1)
 	if _, _, err := other.Prepare(ctx, "j", coordinator.PrepareRequest{}); err != nil {
 		t.Fatal(err)
 	}
 	if p := answered(t, pa); len(p.Items) != 1 || p.Items[0].Checkpoint != 4 || p.Items[0].Action != coordinator.ActionVote {
 		t.Fatalf("a checkpoint opened elsewhere: %+v", p)
 	}
-	if got := local.reads.Load(); got != before+2 {
-		t.Errorf("a checkpoint opened elsewhere: %d reads, want 2 (the long-poll's first, and one once woken)", got-before)
+	if got := local.reads.Load(); got != before+1 {
+		t.Errorf("a checkpoint opened elsewhere: %d reads, want 1 (once woken)", got-before)
+	}
+}
+
+// A participant that asks pending right after its vote or its ack, and owes nothing by
+// what this process cached of the job, waits without a read; a change wakes it.
+func TestArrivalOwingNothingWaitsWithoutRead(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	s := openStores(t, 1)[0]
+	if !postgres.WaitListening(s, 10*time.Second) {
+		t.Fatal("the store does not listen")
+	}
+	local := &readCounting{Store: s}
+	svc := coordinator.NewService(local, nil)
+	epochs := setUpJob(t, svc, time.Minute)
+	if _, _, err := svc.Prepare(ctx, "j", coordinator.PrepareRequest{}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := svc.Vote(ctx, "j", 1, "pa", coordinator.Vote{Epoch: epochs["pa"], Kind: coordinator.VotePrepared}); err != nil {
+		t.Fatal(err)
+	}
+	before := local.reads.Load()
+	pa := waitPending(t, svc, local, "pa", local.looks.Load()+1)
+	notYet(t, pa, "after pa's vote")
+	if got := local.reads.Load(); got != before {
+		t.Errorf("pa's long-poll after its vote read %d times, want 0", got-before)
+	}
+	if _, err := svc.Vote(ctx, "j", 1, "pb", coordinator.Vote{Epoch: epochs["pb"], Kind: coordinator.VotePrepared}); err != nil {
+		t.Fatal(err)
+	}
+	if p := answered(t, pa); len(p.Items) != 1 || p.Items[0].Checkpoint != 1 || p.Items[0].Action != coordinator.ActionCommit {
+		t.Fatalf("pa's long-poll answered %+v once decided, want its commit", p)
+	}
+	if _, err := svc.Ack(ctx, "j", 1, "pa", epochs["pa"]); err != nil {
+		t.Fatal(err)
+	}
+	before = local.reads.Load()
+	pa = waitPending(t, svc, local, "pa", local.looks.Load()+1)
+	notYet(t, pa, "after pa's ack")
+	if got := local.reads.Load(); got != before {
+		t.Errorf("pa's long-poll after its ack read %d times, want 0", got-before)
+	}
+	// pb still owes its commit by the same cached state: it is read, and answered at once.
+	if p, err := svc.Pending(ctx, "j", "pb", 20*time.Second, 0); err != nil || len(p.Items) != 1 || p.Items[0].Action != coordinator.ActionCommit {
+		t.Fatalf("pb's pending answered %+v, %v, want its commit", p, err)
+	}
+	if _, err := svc.Ack(ctx, "j", 1, "pb", epochs["pb"]); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := svc.Prepare(ctx, "j", coordinator.PrepareRequest{}); err != nil {
+		t.Fatal(err)
+	}
+	if p := answered(t, pa); len(p.Items) != 1 || p.Items[0].Checkpoint != 2 || p.Items[0].Action != coordinator.ActionVote {
+		t.Fatalf("pa's long-poll answered %+v once the next checkpoint opened, want its vote on 2", p)
+	}
+}
+
+// An abort owed on a checkpoint that no lock read selects (aborted, with a participant's
+// prepared vote unacked) keeps the cache from saying that participant owes nothing: its
+// pending answers the abort at once, also after other changes to the job were cached.
+func TestAbortOwedOutsideTheCacheIsAnswered(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	stores := openStores(t, 2)
+	for _, s := range stores {
+		if !postgres.WaitListening(s, 10*time.Second) {
+			t.Fatal("the store does not listen")
+		}
+	}
+	first := coordinator.NewService(stores[0], nil)
+	epochs := setUpJob(t, first, time.Minute)
+	if _, _, err := first.Prepare(ctx, "j", coordinator.PrepareRequest{}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := first.Vote(ctx, "j", 1, "pa", coordinator.Vote{Epoch: epochs["pa"], Kind: coordinator.VotePrepared}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := first.Vote(ctx, "j", 1, "pb", coordinator.Vote{Epoch: epochs["pb"], Kind: coordinator.VoteAbort}); err != nil {
+		t.Fatal(err)
+	}
+	// A coordinator that never saw checkpoint 1 opens and runs checkpoint 2: what its lock
+	// reads (the preparing checkpoints) does not hold 1, on which pa owes its abort.
+	second := &readCounting{Store: stores[1]}
+	svc := coordinator.NewService(second, nil)
+	if _, _, err := svc.Prepare(ctx, "j", coordinator.PrepareRequest{}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := svc.Vote(ctx, "j", 2, "pa", coordinator.Vote{Epoch: epochs["pa"], Kind: coordinator.VotePrepared}); err != nil {
+		t.Fatal(err)
+	}
+	p, err := svc.Pending(ctx, "j", "pa", 3*time.Second, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(p.Items) != 1 || p.Items[0].Checkpoint != 1 || p.Items[0].Action != coordinator.ActionAbort {
+		t.Fatalf("pa's pending answered %+v, want its abort of checkpoint 1", p)
+	}
+	// Once pa acks it, nothing is owed outside what the cache holds, and pb, whose vote on
+	// 2 is owed, is still read and answered.
+	if _, err := svc.Ack(ctx, "j", 1, "pa", epochs["pa"]); err != nil {
+		t.Fatal(err)
+	}
+	if p, err := svc.Pending(ctx, "j", "pb", 3*time.Second, 0); err != nil || len(p.Items) != 1 || p.Items[0].Checkpoint != 2 || p.Items[0].Action != coordinator.ActionVote {
+		t.Fatalf("pb's pending answered %+v, %v, want its vote on 2", p, err)
+	}
+	before := second.reads.Load()
+	pa := waitPending(t, svc, second, "pa", second.looks.Load()+1)
+	notYet(t, pa, "after pa's ack of the abort")
+	if got := second.reads.Load(); got != before {
+		t.Errorf("pa's long-poll read %d times once nothing was owed outside the cache, want 0", got-before)
+	}
+}
+
+// A job changed or deleted through another coordinator wakes this one's long-polls, which
+// read it: what this process cached of the job is no longer trusted.
+func TestJobChangedElsewhereWakesWaiters(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	stores := openStores(t, 2)
+	for _, s := range stores {
+		if !postgres.WaitListening(s, 10*time.Second) {
+			t.Fatal("the store does not listen")
+		}
+	}
+	local := &readCounting{Store: stores[0]}
+	svc := coordinator.NewService(local, nil)
+	other := coordinator.NewService(stores[1], nil)
+	setUpJob(t, svc, time.Minute)
+
+	pb := waitPending(t, svc, local, "pb", local.looks.Load()+1)
+	cfg := coordinator.JobConfig{Participants: []string{"pa"}, CheckpointTimeout: time.Minute, MaxConcurrentCheckpoints: 1, AutoCommit: true}
+	if _, _, err := other.PutJob(ctx, "j", cfg); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case a := <-pb:
+		if !errors.Is(a.err, coordinator.ErrNotFound) {
+			t.Fatalf("pb's long-poll, once pb was taken out of the job elsewhere, answered %+v, %v; want not found", a.p, a.err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("pb's long-poll was not woken by the job changed elsewhere")
+	}
+
+	pa := waitPending(t, svc, local, "pa", local.looks.Load()+1)
+	if err := other.DeleteJob(ctx, "j"); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case a := <-pa:
+		if !errors.Is(a.err, coordinator.ErrNotFound) {
+			t.Fatalf("pa's long-poll, once the job was deleted elsewhere, answered %+v, %v; want not found", a.p, a.err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("pa's long-poll was not woken by the job deleted elsewhere")
 	}
 }

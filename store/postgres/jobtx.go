@@ -36,7 +36,7 @@ type jobTx struct {
 	queue     *writeQueue
 	origin    string                    // names this process in announcements (channel)
 	decided   []*coordinator.Checkpoint // as saved, published once committed
-	announced bool                      // a checkpoint opened or an epoch changed: the job's waiters are told once committed
+	announced bool                      // a checkpoint opened, an epoch changed or the job deleted: the job's waiters are told once committed
 	lastWrite *participantWrite         // the last statement queued, if a participant write (queueStatus merges)
 	// owing holds, in a View, the checkpoints anyone may still owe something on, as begin
 	// read them (viewSQL); Owing answers from it.
@@ -54,6 +54,15 @@ type jobTx struct {
 	checkpoints map[int64]*coordinator.Checkpoint
 	canHandOn   bool
 	canCache    bool
+	// owedOutside names the checkpoints on which something was owed that the read under
+	// the lock did not select (owedElsewhereSQL); with each of them in checkpoints too (read
+	// since), checkpoints holds every checkpoint of the job on which anyone may still owe
+	// something (coordinator.MayOwe), and the cache may tell pending that a participant owes
+	// nothing (DESIGN.md, invariant 14). That holds for as long as canCache does: what is
+	// owed changes only by the rules' changes to checkpoints t holds, replayed by Apply.
+	// Past maxCachedCheckpoints of them, the read gives up (knowsOwed false).
+	owedOutside []int64
+	knowsOwed   bool
 	nowAt       time.Time
 	version     int64
 	cache       *stateCache
@@ -195,7 +204,8 @@ func (t *jobTx) readBegin(results pgx.BatchResults, hint int64) (stale bool, err
 	var names []string
 	var epochs []int64
 	var cpsJSON []byte
-	err = results.QueryRow().Scan(append(row.dest(), &version, &seen, &t.now, &names, &epochs, &cpsJSON)...)
+	var elsewhere []int64
+	err = results.QueryRow().Scan(append(row.dest(), &version, &seen, &t.now, &names, &epochs, &cpsJSON, &elsewhere)...)
 	if err != nil {
 		if errors.Is(err, pgx.ErrNoRows) {
 			return false, coordinator.ErrNotFound
@@ -215,19 +225,21 @@ func (t *jobTx) readBegin(results pgx.BatchResults, hint int64) (stale bool, err
 	for i := range raw {
 		cps[i] = raw[i].checkpoint()
 	}
-	t.startRead(names, epochs, cps, hint)
+	t.startRead(names, epochs, cps, hint, elsewhere)
 	return false, nil
 }
 
 // startRead begins t from what it read under the job's lock: the job's epochs and
-// checkpoints (with checkpoint hint whatever its status).
-func (t *jobTx) startRead(names []string, epochs []int64, cps []*coordinator.Checkpoint, hint int64) {
+// checkpoints (with checkpoint hint whatever its status), and the checkpoints it did not
+// read on which something is owed.
+func (t *jobTx) startRead(names []string, epochs []int64, cps []*coordinator.Checkpoint, hint int64, owedOutside []int64) {
 	t.job.Epochs = epochsOf(names, epochs)
 	read := make(map[int64]*coordinator.Checkpoint, len(cps))
 	for _, cp := range cps {
 		read[cp.ID] = cp
 	}
 	t.start(t.job, read, t.now, t.nowAt, hint)
+	t.owedOutside, t.knowsOwed = owedOutside, len(owedOutside) <= maxCachedCheckpoints
 }
 
 // handOn begins next, the next update of the same job in this transaction, from what this
@@ -244,6 +256,7 @@ func (t *jobTx) handOn(next *jobTx, hint int64) bool {
 	}
 	next.version = t.version
 	next.start(coordinator.CloneJob(t.job), t.checkpoints, t.now.Add(time.Since(t.nowAt)).Truncate(time.Microsecond), t.nowAt, hint)
+	next.owedOutside, next.knowsOwed = t.owedOutside, t.knowsOwed
 	t.checkpoints = nil
 	return true
 }
@@ -256,6 +269,7 @@ func (t *jobTx) handOn(next *jobTx, hint int64) bool {
 func (t *jobTx) start(job *coordinator.Job, checkpoints map[int64]*coordinator.Checkpoint, now, nowAt time.Time, hint int64) {
 	t.job, t.now, t.nowAt = job, now, nowAt
 	t.checkpoints, t.canHandOn, t.canCache = checkpoints, true, true
+	t.owedOutside, t.knowsOwed = nil, false
 	t.preparing, t.hinted, t.loaded = nil, nil, true
 	for _, id := range slices.Sorted(maps.Keys(checkpoints)) {
 		cp := checkpoints[id]
@@ -282,11 +296,12 @@ func (t *jobTx) readState(hint int64) error {
 	var now time.Time
 	var names []string
 	var epochs []int64
-	cps, _, err := t.query(stateSQL, []any{t.job.Name, hint}, &now, &names, &epochs)
+	var elsewhere []int64
+	cps, _, err := t.query(stateSQL, []any{t.job.Name, hint}, &now, &names, &epochs, &elsewhere)
 	if err != nil {
 		return err
 	}
-	t.startRead(names, epochs, cps, hint)
+	t.startRead(names, epochs, cps, hint, elsewhere)
 	return nil
 }
 
@@ -364,7 +379,8 @@ func (t *jobTx) readLocked(name string, hint int64) error {
 	var row jobRow
 	var names []string
 	var epochs []int64
-	cps, found, err := t.query(lockedJobSQL, []any{name, hint}, append(row.dest(), &t.now, &names, &epochs)...)
+	var elsewhere []int64
+	cps, found, err := t.query(lockedJobSQL, []any{name, hint}, append(row.dest(), &t.now, &names, &epochs, &elsewhere)...)
 	if err != nil {
 		return err
 	}
@@ -372,7 +388,7 @@ func (t *jobTx) readLocked(name string, hint int64) error {
 		return coordinator.ErrNotFound
 	}
 	t.job, t.now, t.nowAt = row.get(), t.now.UTC(), time.Now()
-	t.startRead(names, epochs, cps, hint)
+	t.startRead(names, epochs, cps, hint, elsewhere)
 	return nil
 }
 
@@ -605,8 +621,9 @@ func (t *jobTx) Apply(ctx context.Context, m *coordinator.Mutation) error {
 	for _, e := range m.Epochs {
 		t.queue.add("set epoch of "+e.Participant, setEpochSQL, t.job.Name, e.Participant, e.Epoch)
 	}
-	if (m.Opened != nil || len(m.Epochs) > 0) && !t.announced {
-		// Participants waiting on pending, here and in other processes, read again.
+	if (m.Opened != nil || len(m.Epochs) > 0 || m.JobDeleted) && !t.announced {
+		// Participants waiting on pending, here and in other processes, read again; other
+		// processes drop what they cached of the job.
 		t.announced = true
 		t.queue.add("announce the job", announceSQL, t.origin+" "+coordinator.BrokerKey(t.job.Name, coordinator.AnyCheckpoint))
 	}

@@ -2,6 +2,7 @@ package postgres
 
 import (
 	"fmt"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -346,7 +347,8 @@ const lockJobNowSQL = `SELECT l.name FROM jobs l WHERE l.name = $1 FOR UPDATE SK
 // lock is granted, with the clock taken once the lock is held (so that a decision is timed
 // when it is taken), the job's epochs, its preparing checkpoints and checkpoint $2 whatever
 // its status (0: none). The epochs and checkpoints are current only if the version the
-// statement's snapshot saw is the one the lock found (DESIGN.md, invariant 7).
+// statement's snapshot saw is the one the lock found (DESIGN.md, invariant 7). Last, the
+// checkpoints it did not select on which something is owed (owedElsewhereSQL).
 var lockJobSQL = `UPDATE jobs j SET version = j.version + 1
 	WHERE j.name = $1 AND NOT j.deleted AND j.name IN (` + lockJobNowSQL + `)
 	RETURNING ` + jobRowColumns + `, j.version - 1, (SELECT o.version FROM jobs o WHERE o.name = $1), clock_timestamp(),
@@ -364,13 +366,15 @@ var lockJobSQL = `UPDATE jobs j SET version = j.version + 1
 					'acked_by', p.acked_by) ORDER BY p.position)
 				FROM checkpoint_participants p WHERE p.job = c.job AND p.checkpoint_id = c.id))
 			ORDER BY c.id), '[]')
-		FROM (` + openCheckpointsSQL + `) c)`
+		FROM (` + openCheckpointsSQL + `) c),
+	(` + owedElsewhereSQL + `)`
 
 // stateSQL reads, under the job's lock: the clock (so that a decision is timed when it is
-// taken), the job's epochs, and its preparing checkpoints with checkpoint $2 whatever its
+// taken), the job's epochs, the checkpoints it does not select on which something is owed
+// (owedElsewhereSQL), and its preparing checkpoints with checkpoint $2 whatever its
 // status ($2 = 0: none), one row per participant. With no such checkpoint it returns one
 // row, whose checkpoint columns are NULL.
-var stateSQL = `SELECT clock_timestamp(), e.participants, e.epochs, ` + checkpointColumns + `, ` + participantColumns + `
+var stateSQL = `SELECT clock_timestamp(), e.participants, e.epochs, (` + owedElsewhereSQL + `), ` + checkpointColumns + `, ` + participantColumns + `
 	FROM (` + epochsSQL + `) e
 	LEFT JOIN (` + jobCheckpointsSQL + `) ON true
 	ORDER BY c.id, p.position`
@@ -378,7 +382,7 @@ var stateSQL = `SELECT clock_timestamp(), e.participants, e.epochs, ` + checkpoi
 // lockedJobSQL reads a job whose lock this transaction took already (for an earlier update
 // of the batch): its row, then what stateSQL reads, one row per participant of its
 // checkpoints, none if the job is missing (deleted by that earlier update).
-var lockedJobSQL = `SELECT ` + jobRowColumns + `, clock_timestamp(), e.participants, e.epochs,
+var lockedJobSQL = `SELECT ` + jobRowColumns + `, clock_timestamp(), e.participants, e.epochs, (` + owedElsewhereSQL + `),
 	` + checkpointColumns + `, ` + participantColumns + `
 	FROM jobs j
 	CROSS JOIN (` + epochsSQL + `) e
@@ -391,6 +395,19 @@ var lockedJobSQL = `SELECT ` + jobRowColumns + `, clock_timestamp(), e.participa
 const openCheckpointsSQL = `SELECT * FROM checkpoints WHERE job = $1 AND status = 'preparing'
 	UNION ALL
 	SELECT * FROM checkpoints WHERE job = $1 AND id = $2 AND status <> 'preparing'`
+
+// owedElsewhereSQL returns the checkpoints of job $1 that openCheckpointsSQL does not
+// select and on which a participant still owes something: a commit, or an abort it
+// prepared for, on a checkpoint other than $2 (every unacked participant of a committing
+// checkpoint voted prepared), at most maxCachedCheckpoints+1 of them, found through the
+// partial index on unacked participants. Once the jobTx holds each of them too (or there
+// is none), it holds every checkpoint anyone owes something on, and the cache can tell a
+// participant that owes nothing without a read (DESIGN.md, invariant 14).
+var owedElsewhereSQL = `SELECT ARRAY(
+		SELECT DISTINCT u.checkpoint_id FROM checkpoint_participants u JOIN checkpoints o ON o.job = u.job AND o.id = u.checkpoint_id
+		WHERE u.job = $1 AND u.acked_at IS NULL AND u.vote = 'prepared' AND u.checkpoint_id <> $2
+		  AND o.status IN ('committing', 'aborted')
+		LIMIT ` + strconv.Itoa(maxCachedCheckpoints+1) + `)`
 
 const jobCheckpointsSQL = `(` + openCheckpointsSQL + `) c
 	JOIN checkpoint_participants p ON p.job = c.job AND p.checkpoint_id = c.id`

@@ -224,6 +224,11 @@ func (s *Store) KnownVersion(job string) (int64, bool) {
 	return s.committer.cache.knownVersion(job)
 }
 
+// KnownOwing implements coordinator.OwingKnower: see stateCache.knownOwing.
+func (s *Store) KnownOwing(job string) (*coordinator.Job, time.Time, []*coordinator.Checkpoint, bool) {
+	return s.committer.cache.knownOwing(job)
+}
+
 // Subscribe implements coordinator.Store.
 func (s *Store) Subscribe(job string, id int64) *coordinator.Subscription {
 	return s.broker.Subscribe(job, id)
@@ -348,6 +353,10 @@ func (s *Store) PutJob(ctx context.Context, name string, cfg coordinator.JobConf
 			return err
 		}
 		created = inserted || (exists && deleted)
+		// Other processes drop what they cached of the job, and their waiters read it.
+		if _, err := tx.Exec(ctx, announceSQL, s.origin+" "+coordinator.BrokerKey(name, coordinator.AnyCheckpoint)); err != nil {
+			return fmt.Errorf("announce job %s: %w", name, err)
+		}
 		if audit != nil {
 			a := *audit
 			a.Action = coordinator.AuditJobUpdated
@@ -367,6 +376,7 @@ func (s *Store) PutJob(ctx context.Context, name string, cfg coordinator.JobConf
 	if err != nil {
 		return nil, false, translate(fmt.Errorf("put job %s: %w", name, err))
 	}
+	s.broker.NotifyJob(name)
 	return job, created, nil
 }
 

@@ -19,24 +19,33 @@ type Broker struct {
 type Subscription struct {
 	done   chan struct{}
 	cp     *Checkpoint // set before done is closed, by Publish
-	opened *Opened     // set before done is closed, by PublishOpened
+	change *Changed    // set before done is closed, by PublishChanged
 	cancel func()
 }
 
-// Opened is what a store hands the waiters of a job's changes (AnyCheckpoint) when a
-// transaction of this process whose only change to the job was to open checkpoints has
-// committed: the job's Version before it (From) and after (To), the database's clock it
-// opened them at, and the checkpoints as opened. A waiter that read the job at From knows
-// the job at To without reading it. Receivers share it: they must not change it.
-type Opened struct {
-	From, To    int64
-	Now         time.Time
-	Checkpoints []*Checkpoint
+// Changed is what a store hands the waiters of a job's changes (AnyCheckpoint) when a
+// transaction of this process that changed nothing of the job but its checkpoints
+// (opened them, recorded votes and acks, decided) has committed: the job's Version before
+// it (From) and after (To), the database's clock of its last change, and every checkpoint
+// it opened or changed, as it committed them. Since, at most From, is a version from which
+// every change to the job up to From was this process's and changed nothing but
+// checkpoints, announcing (to this process's waiters) each one that made something owed:
+// what came between Since and From only settled something owed (a vote, an ack), nothing
+// else. Receivers share it: they must not change it.
+//
+// A waiter that read the job at From knows the job at To. One whose participant owed
+// nothing at a version from Since to From owes, at To, exactly what it owes on
+// Checkpoints: nothing between made anything owed, and the checkpoints this change did not
+// touch are as they were.
+type Changed struct {
+	Since, From, To int64
+	Now             time.Time
+	Checkpoints     []*Checkpoint
 }
 
-// Opened, once Done is closed, returns what PublishOpened handed the waiter, nil when the
-// wake-up came otherwise (then read).
-func (s *Subscription) Opened() *Opened { return s.opened }
+// Changed, once Done is closed, returns what PublishChanged handed the waiter, nil when
+// the wake-up came otherwise (then read).
+func (s *Subscription) Changed() *Changed { return s.change }
 
 // Done is closed once the checkpoint may have been decided.
 func (s *Subscription) Done() <-chan struct{} { return s.done }
@@ -100,11 +109,18 @@ func (b *Broker) Publish(cp *Checkpoint) {
 	b.wake(brokerKey(cp.Job, AnyCheckpoint), nil)
 }
 
-// PublishOpened wakes the waiters of every change of job (AnyCheckpoint), as NotifyJob does,
-// handing them o: a store calls it, instead of NotifyJob, once the transaction that did
-// nothing to the job but open o.Checkpoints has committed, and must not change o after.
-func (b *Broker) PublishOpened(job string, o *Opened) {
-	b.wakeWith(brokerKey(job, AnyCheckpoint), nil, o)
+// PublishChanged wakes the waiters of every change of job (AnyCheckpoint), as NotifyJob
+// does, handing them c: a store calls it, instead of NotifyJob (and with PublishDecided
+// instead of Publish for its decisions), once the transaction c tells of has committed,
+// and must not change c after.
+func (b *Broker) PublishChanged(job string, c *Changed) {
+	b.wakeWith(brokerKey(job, AnyCheckpoint), nil, c)
+}
+
+// PublishDecided is Publish for the waiters of cp alone: a store calls it for a decision
+// whose job's waiters on any change it hands a Changed (PublishChanged).
+func (b *Broker) PublishDecided(cp *Checkpoint) {
+	b.wake(brokerKey(cp.Job, cp.ID), cp)
 }
 
 // Notify wakes every waiter of the checkpoint, which will read it.
@@ -125,15 +141,15 @@ func (b *Broker) NotifyKey(key string) {
 
 func (b *Broker) wake(key string, cp *Checkpoint) { b.wakeWith(key, cp, nil) }
 
-// wakeWith wakes the waiters of key, handing them cp (Decided) and o (Opened).
-func (b *Broker) wakeWith(key string, cp *Checkpoint, o *Opened) {
+// wakeWith wakes the waiters of key, handing them cp (Decided) and c (Changed).
+func (b *Broker) wakeWith(key string, cp *Checkpoint, c *Changed) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	if len(b.waiters[key]) == 0 {
 		return
 	}
 	for sub := range b.waiters[key] {
-		sub.cp, sub.opened = cp, o
+		sub.cp, sub.change = cp, c
 		close(sub.done)
 	}
 	delete(b.waiters, key)

@@ -46,15 +46,15 @@ type ParticipantChange struct {
 }
 
 // Empty reports whether m changes nothing.
-func (m *Mutation) Empty() bool { return m.Opened == nil && !m.ChangesBesidesOpening() }
-
-// ChangesBesidesOpening reports whether m changes anything but opening a checkpoint (with
-// its Idempotency-Key): a store hands the checkpoints of a change that only opened to the
-// job's waiters instead of having them read it again.
-func (m *Mutation) ChangesBesidesOpening() bool {
-	return len(m.Epochs) > 0 || len(m.Votes) > 0 || len(m.Acks) > 0 ||
-		len(m.Statuses) > 0 || m.JobDeleted || len(m.Audit) > 0
+func (m *Mutation) Empty() bool {
+	return m.Opened == nil && len(m.Epochs) == 0 && len(m.Votes) == 0 && len(m.Acks) == 0 &&
+		len(m.Statuses) == 0 && !m.JobDeleted && len(m.Audit) == 0
 }
+
+// ChangesJob reports whether m changes more of the job than its checkpoints: an epoch, or
+// the job deleted. A store hands the checkpoints of a change that did not to the job's
+// waiters instead of having them read it again.
+func (m *Mutation) ChangesJob() bool { return len(m.Epochs) > 0 || m.JobDeleted }
 
 // Apply replays m on a copy of a job's state: job's row (its Seq and Epochs) and the job's
 // checkpoints in cps, by id, which it changes in place (a new checkpoint is added as a

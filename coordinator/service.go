@@ -1,10 +1,12 @@
 package coordinator
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"sync"
 	"time"
 )
@@ -275,7 +277,7 @@ func (s *Service) Pending(ctx context.Context, job, participant string, wait tim
 	var known *owingView // the last read, or what a hand-over or the store's knowledge made of it
 	for first := true; ; first = false {
 		// Subscribe before reading, so that a change after the read wakes us. A state
-		// handed over (Opened) stands only while the store knows the job is still at its
+		// handed over (Changed) stands only while the store knows the job is still at its
 		// version: a change between the hand-over and this subscription is then read.
 		sub := s.store.Subscribe(job, AnyCheckpoint)
 		if known != nil {
@@ -304,8 +306,9 @@ func (s *Service) Pending(ctx context.Context, job, participant string, wait tim
 		select {
 		case <-sub.Done():
 			// Something of the job changed (or may have): read again, unless this process
-			// only opened checkpoints, from the version last read, and handed them over.
-			known = known.after(sub.Opened())
+			// changed only checkpoints, in a way the version last read can follow, and
+			// handed them over.
+			known = known.after(sub.Changed())
 		case <-timer.C:
 			sub.Cancel()
 			return p, nil
@@ -383,18 +386,32 @@ func (v *owingView) pending(participant string) (*Pending, error) {
 	return &Pending{Job: v.job.Name, Participant: participant, Epoch: v.job.Epoch(participant), Items: PendingItems(v.now, owing, participant)}, nil
 }
 
-// after returns the job as it stands after o, nil (read it) if o is nil or does not follow
-// the version v shows: v with o's checkpoints open, at o's version, and at o's clock or
-// v's, whichever is later (the batch may have read its clock before v was read).
-func (v *owingView) after(o *Opened) *owingView {
-	if o == nil || v.job.Version == 0 || o.From != v.job.Version {
+// after returns the job as it stands after c for the participant waiting on v, nil (read
+// it) if c is nil or does not follow the version v shows (Changed): v with c's
+// checkpoints in place of its own of the same ids, at c's version, and at c's clock or
+// v's, whichever is later (the batch may have read its clock before v was read). When v
+// is older than c.From, what it holds of checkpoints c did not touch may be stale for
+// other participants, never for the waiting one, which owed nothing on them (Changed): a
+// view made so serves that participant alone, as every view of a wait does.
+func (v *owingView) after(c *Changed) *owingView {
+	if c == nil || v.job.Version == 0 || v.job.Version < c.Since || v.job.Version > c.From {
 		return nil
 	}
 	job := *v.job
-	job.Version = o.To
-	owing := make([]*Checkpoint, 0, len(v.owing)+len(o.Checkpoints))
-	owing = append(append(owing, v.owing...), o.Checkpoints...)
-	now := o.Now
+	job.Version = c.To
+	owing := make([]*Checkpoint, 0, len(v.owing)+len(c.Checkpoints))
+	for _, cp := range v.owing {
+		if !slices.ContainsFunc(c.Checkpoints, func(n *Checkpoint) bool { return n.ID == cp.ID }) {
+			owing = append(owing, cp)
+		}
+	}
+	for _, cp := range c.Checkpoints {
+		if MayOwe(cp, "") {
+			owing = append(owing, cp)
+		}
+	}
+	slices.SortFunc(owing, func(a, b *Checkpoint) int { return cmp.Compare(a.ID, b.ID) })
+	now := c.Now
 	if v.now.After(now) {
 		now = v.now
 	}

@@ -45,9 +45,10 @@ func TestRetentionPause(t *testing.T) {
 	}
 }
 
-// What a hand-over makes of the last read: the job with the opened checkpoints, at the new
-// version and clock, only when it follows the version read; otherwise nothing (read).
-func TestOwingViewAfterOpened(t *testing.T) {
+// What a hand-over makes of the last read: the job with the checkpoints opened or
+// changed in place of its own, at the new version and clock, only when the version read
+// lies from Since to From; otherwise nothing (read).
+func TestOwingViewAfterChanged(t *testing.T) {
 	t0 := time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
 	job := &Job{Name: "j", Config: JobConfig{Participants: []string{"a", "b"}}, Epochs: map[string]int64{"a": 1, "b": 1}, Version: 7}
 	open := func(id int64) *Checkpoint {
@@ -55,11 +56,12 @@ func TestOwingViewAfterOpened(t *testing.T) {
 			Participants: []ParticipantState{{Name: "a"}, {Name: "b"}}}
 	}
 	read := &owingView{job: job, now: t0, owing: []*Checkpoint{open(3)}}
-	o := &Opened{From: 7, To: 8, Now: t0.Add(time.Second), Checkpoints: []*Checkpoint{open(4)}}
+	o := &Changed{Since: 7, From: 7, To: 8, Now: t0.Add(time.Second), Checkpoints: []*Checkpoint{open(4)}}
 	for name, v := range map[string]*owingView{
 		"no hand-over":            read.after(nil),
-		"from another version":    read.after(&Opened{From: 6, To: 8, Now: o.Now, Checkpoints: o.Checkpoints}),
-		"a store with no version": (&owingView{job: &Job{Name: "j"}, now: t0}).after(&Opened{From: 0, To: 1}),
+		"from a later version":    read.after(&Changed{Since: 8, From: 9, To: 10, Now: o.Now, Checkpoints: o.Checkpoints}),
+		"from an earlier version": read.after(&Changed{Since: 5, From: 6, To: 8, Now: o.Now, Checkpoints: o.Checkpoints}),
+		"a store with no version": (&owingView{job: &Job{Name: "j"}, now: t0}).after(&Changed{From: 0, To: 1}),
 	} {
 		if v != nil {
 			t.Errorf("%s: %+v, want nil (read again)", name, v)
@@ -80,5 +82,34 @@ func TestOwingViewAfterOpened(t *testing.T) {
 	p, err := v.pending("a")
 	if err != nil || len(p.Items) != 2 || p.Items[0].Checkpoint != 3 || p.Items[1].Checkpoint != 4 || p.Epoch != 1 {
 		t.Fatalf("pending after the hand-over: %+v, %v", p, err)
+	}
+
+	// A decision, handed over by a batch whose chain of changes began at or before the
+	// version read: checkpoint 3 committing takes the place of the one read, and a
+	// checkpoint settled (committed) leaves the view.
+	voted := open(3)
+	voted.Participants[0].Vote = VotePrepared
+	read = &owingView{job: &Job{Name: "j", Config: job.Config, Epochs: job.Epochs, Version: 7}, now: t0, owing: []*Checkpoint{voted, open(2)}}
+	decided := open(3)
+	decided.Status = StatusCommitting
+	for i := range decided.Participants {
+		decided.Participants[i].Vote = VotePrepared
+	}
+	settled := open(2)
+	settled.Status = StatusCommitted
+	at := t0.Add(time.Second)
+	for i := range settled.Participants {
+		settled.Participants[i].Vote, settled.Participants[i].AckedAt = VotePrepared, &at
+	}
+	c := &Changed{Since: 5, From: 9, To: 10, Now: at, Checkpoints: []*Checkpoint{decided, settled}}
+	v = read.after(c)
+	if v == nil || v.job.Version != 10 || len(v.owing) != 1 || v.owing[0] != decided {
+		t.Fatalf("after a decision handed over: %+v", v)
+	}
+	if p, err := v.pending("a"); err != nil || len(p.Items) != 1 || p.Items[0].Checkpoint != 3 || p.Items[0].Action != ActionCommit {
+		t.Fatalf("pending after a decision handed over: %+v, %v", p, err)
+	}
+	if read.owing[0] != voted || len(read.owing) != 2 {
+		t.Errorf("the hand-over changed what was read: %+v", read.owing)
 	}
 }

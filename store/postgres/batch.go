@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -335,34 +336,73 @@ func (b *batch) findLockedElsewhere(jobs ...string) error {
 }
 
 // handover is what a batch did to one job, as far as the job's waiters on any change need
-// to know: the job's version before the batch's first update of it that ran (from) and
-// after its last (to), and whether the batch did nothing to the job but open checkpoints.
+// to know: the job's version before the batch's first update of it that ran (from), with
+// the since that update began with, and after its last (to); the checkpoints it opened
+// or changed; whether that wakes those waiters (a checkpoint opened or decided); and
+// whether the batch changed nothing of the job but its checkpoints.
 type handover struct {
-	from, to   int64
-	now        time.Time
-	opened     []*coordinator.Checkpoint
-	onlyOpened bool
-	sent       bool
+	since, from, to int64
+	now             time.Time
+	touched         []int64
+	wakes           bool
+	onlyCheckpoints bool
 }
 
 // handOver notes what update t, which ran, did to job. The versions of one job's updates
 // in a batch follow one another (the batch holds the job's lock): t.version is the one
 // its update leaves, one above the one it began from, or the same as the update before
 // it when it was handed on. An update before t that did not run (given up on) may have
-// raised the version already: from is then above the version before the batch, which no
-// waiter has read, and nothing is handed over.
+// raised the version already: from is then above the version before the batch, which
+// the waiters may have read, and since is not known (the update that did not run changed
+// nothing else, but nothing tells it here): the hand-over follows from alone.
 func (b *batch) handOver(job string, t *jobTx) {
 	h := b.handovers[job]
 	if h == nil {
 		if b.handovers == nil {
 			b.handovers = map[string]*handover{}
 		}
-		h = &handover{from: t.version - 1, onlyOpened: true}
+		h = &handover{since: t.since, from: t.version - 1, onlyCheckpoints: true}
 		b.handovers[job] = h
 	}
 	h.to, h.now = t.version, t.now
-	h.opened = append(h.opened, t.opened...)
-	h.onlyOpened = h.onlyOpened && !t.changedElse && t.version > 0
+	h.touched = append(h.touched, t.touched...)
+	h.wakes = h.wakes || t.announced || len(t.decided) > 0
+	h.onlyCheckpoints = h.onlyCheckpoints && !t.changedJob && t.version > 0
+}
+
+// changes returns, per job whose waiters on any change this batch wakes, what they are
+// handed (coordinator.Changed): the checkpoints it opened or changed, copied from what its
+// last update of the job holds, if the batch changed nothing else of the job and that
+// update holds them all; jobs it cannot tell so are not in it (their waiters read).
+func (b *batch) changes() map[string]*coordinator.Changed {
+	var out map[string]*coordinator.Changed
+	for job, h := range b.handovers {
+		t := b.last[job]
+		if !h.wakes || !h.onlyCheckpoints || t == nil || t.checkpoints == nil || !t.canCache {
+			continue
+		}
+		c := &coordinator.Changed{Since: h.since, From: h.from, To: h.to, Now: h.now}
+		if c.Since == 0 || c.Since > c.From {
+			c.Since = c.From // nothing known before the batch: only a waiter that read from follows
+		}
+		for _, id := range h.touched {
+			cp := t.checkpoints[id]
+			if cp == nil {
+				c = nil
+				break
+			}
+			if !slices.ContainsFunc(c.Checkpoints, func(k *coordinator.Checkpoint) bool { return k.ID == id }) {
+				c.Checkpoints = append(c.Checkpoints, cp.Clone()) // with the Seq the database gave it
+			}
+		}
+		if c != nil {
+			if out == nil {
+				out = map[string]*coordinator.Changed{}
+			}
+			out[job] = c
+		}
+	}
+	return out
 }
 
 // takeJoiners asks the dispatcher for the updates that came for the batch's jobs, waiting
@@ -415,32 +455,30 @@ func (b *batch) finish(began time.Time) error {
 		}
 		return fmt.Errorf("%w: %w", errOutcomeUnknown, err)
 	}
+	changes := b.changes() // before the cache takes what the jobs' last updates hold
 	for _, o := range b.ops {
 		if t := b.last[o.Job]; t != nil {
 			b.last[o.Job] = nil
 			b.c.cache.put(t, t.version, began)
 		}
 	}
+	// The waiters of any change of a job are handed what changed, or told to read; then
+	// the waiters of each decided checkpoint get it.
+	for job, c := range changes {
+		b.c.store.broker.PublishChanged(job, c)
+	}
 	for _, job := range b.announced {
-		h := b.handovers[job]
-		switch {
-		case h == nil:
-			b.c.store.broker.NotifyJob(job)
-		case h.sent:
-		case h.onlyOpened && len(h.opened) > 0:
-			h.sent = true
-			cps := make([]*coordinator.Checkpoint, len(h.opened))
-			for i, cp := range h.opened {
-				cps[i] = cp.Clone() // with its Seq, which the database gave it
-			}
-			b.c.store.broker.PublishOpened(job, &coordinator.Opened{From: h.from, To: h.to, Now: h.now, Checkpoints: cps})
-		default:
+		if changes[job] == nil {
 			b.c.store.broker.NotifyJob(job)
 		}
 	}
 	for i, o := range b.ops {
 		for _, cp := range b.decided[i] {
-			b.c.store.broker.Publish(cp)
+			if changes[cp.Job] != nil {
+				b.c.store.broker.PublishDecided(cp)
+			} else {
+				b.c.store.broker.Publish(cp)
+			}
 		}
 		if a := b.answers[i]; a != errDeferred && a != errSkipped {
 			o.Finish(a)

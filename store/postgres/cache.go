@@ -45,6 +45,9 @@ type jobState struct {
 	// which anyone may owe something.
 	owedOutside []int64
 	knowsOwed   bool
+	// since is the jobTx's: every change from it to version was this process's and changed
+	// only checkpoints (coordinator.Changed).
+	since int64
 }
 
 // maxCachedJobs bounds the cache; past it, jobs not cached yet are not.
@@ -255,8 +258,12 @@ func (t *jobTx) cacheState(version int64) *jobState {
 			outside = append(outside, id) // not read since: what it owes is not known here
 		}
 	}
+	since := t.since
+	if since == 0 {
+		since = version // a change to more than checkpoints, or no known start: from here on
+	}
 	return &jobState{version: version, job: coordinator.CloneJob(t.job), checkpoints: open, lastNow: t.now,
-		owedOutside: outside, knowsOwed: t.knowsOwed}
+		owedOutside: outside, knowsOwed: t.knowsOwed, since: since}
 }
 
 // resume begins t from a cached state, as handOn does from the update before it.
@@ -266,5 +273,5 @@ func (t *jobTx) resume(st *jobState, now, nowAt time.Time, hint int64) {
 		cps[id] = cp.Clone()
 	}
 	t.start(coordinator.CloneJob(st.job), cps, now, nowAt, hint)
-	t.owedOutside, t.knowsOwed = st.owedOutside, st.knowsOwed
+	t.owedOutside, t.knowsOwed, t.since = st.owedOutside, st.knowsOwed, st.since
 }

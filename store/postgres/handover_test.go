@@ -79,7 +79,7 @@ func answered(t *testing.T, ch <-chan pendingAnswer) *coordinator.Pending {
 
 // A checkpoint opened through this coordinator reaches the participants waiting on pending
 // without a read: the transaction that opened it, and did nothing else to the job, hands
-// it to them (Opened), since what they read last is the version it began from. A change
+// it to them (Changed), since what they read last is the version it began from. A change
 // made through another coordinator is read, as before.
 func TestOpenedCheckpointHandedToWaiters(t *testing.T) {
 	t.Parallel()
@@ -144,7 +144,9 @@ func TestOpenedCheckpointHandedToWaiters(t *testing.T) {
 }
 
 // A participant that asks pending right after its vote or its ack, and owes nothing by
-// what this process cached of the job, waits without a read; a change wakes it.
+// what this process cached of the job, waits without a read; a change wakes it, and what
+// this process changed is handed to it: the decision, and the next checkpoint, reach it
+// without a read either.
 func TestArrivalOwingNothingWaitsWithoutRead(t *testing.T) {
 	t.Parallel()
 	ctx := t.Context()
@@ -173,6 +175,9 @@ func TestArrivalOwingNothingWaitsWithoutRead(t *testing.T) {
 	if p := answered(t, pa); len(p.Items) != 1 || p.Items[0].Checkpoint != 1 || p.Items[0].Action != coordinator.ActionCommit {
 		t.Fatalf("pa's long-poll answered %+v once decided, want its commit", p)
 	}
+	if got := local.reads.Load(); got != before {
+		t.Errorf("pa's long-poll read %d times once the decision was handed to it, want 0", got-before)
+	}
 	if _, err := svc.Ack(ctx, "j", 1, "pa", epochs["pa"]); err != nil {
 		t.Fatal(err)
 	}
@@ -186,6 +191,10 @@ func TestArrivalOwingNothingWaitsWithoutRead(t *testing.T) {
 	if p, err := svc.Pending(ctx, "j", "pb", 20*time.Second, 0); err != nil || len(p.Items) != 1 || p.Items[0].Action != coordinator.ActionCommit {
 		t.Fatalf("pb's pending answered %+v, %v, want its commit", p, err)
 	}
+	if got := local.reads.Load(); got != before+1 {
+		t.Errorf("pb's pending, owing its commit, read %d times, want 1", got-before)
+	}
+	before = local.reads.Load()
 	if _, err := svc.Ack(ctx, "j", 1, "pb", epochs["pb"]); err != nil {
 		t.Fatal(err)
 	}
@@ -194,6 +203,68 @@ func TestArrivalOwingNothingWaitsWithoutRead(t *testing.T) {
 	}
 	if p := answered(t, pa); len(p.Items) != 1 || p.Items[0].Checkpoint != 2 || p.Items[0].Action != coordinator.ActionVote {
 		t.Fatalf("pa's long-poll answered %+v once the next checkpoint opened, want its vote on 2", p)
+	}
+	if got := local.reads.Load(); got != before {
+		t.Errorf("pa's long-poll read %d times through the commit and the next opening, want 0", got-before)
+	}
+}
+
+// A decision handed over follows what a waiter knew only if every change in between was
+// this process's: after another coordinator recorded a vote (which it does not announce,
+// and which wakes nobody), this one's batches read the job, and their hand-over starts
+// from there; the waiter, which knew an older version, reads.
+func TestHandOverNotTrustedAcrossAnotherCoordinatorsChange(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	stores := openStores(t, 2)
+	for _, s := range stores {
+		if !postgres.WaitListening(s, 10*time.Second) {
+			t.Fatal("the store does not listen")
+		}
+	}
+	local := &readCounting{Store: stores[0]}
+	svc := coordinator.NewService(local, nil)
+	other := coordinator.NewService(stores[1], nil)
+	cfg := coordinator.JobConfig{Participants: []string{"pa", "pb", "pc", "pd"}, CheckpointTimeout: time.Minute, MaxConcurrentCheckpoints: 1, AutoCommit: true}
+	if _, _, err := svc.PutJob(ctx, "j", cfg); err != nil {
+		t.Fatal(err)
+	}
+	epochs := map[string]int64{}
+	for _, p := range cfg.Participants {
+		reg, err := svc.Register(ctx, "j", p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		epochs[p] = reg.Epoch
+	}
+	vote := func(s *coordinator.Service, p string) {
+		t.Helper()
+		if _, err := s.Vote(ctx, "j", 1, p, coordinator.Vote{Epoch: epochs[p], Kind: coordinator.VotePrepared}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, _, err := svc.Prepare(ctx, "j", coordinator.PrepareRequest{}); err != nil {
+		t.Fatal(err)
+	}
+	vote(svc, "pa")
+	before := local.reads.Load()
+	pa := waitPending(t, svc, local, "pa", local.looks.Load()+1)
+	if got := local.reads.Load(); got != before {
+		t.Fatalf("pa's long-poll after its vote read %d times, want 0", got-before)
+	}
+	vote(other, "pb")
+	vote(svc, "pc") // finds the cached state stale, and reads: no decision yet, nobody woken
+	notYet(t, pa, "after pc's vote")
+	// A job found stale is not cached for a second (contendedFor); once it is again, the
+	// hand-over and the cache agree on the version after pd's vote, and only the hand-over's
+	// start can send pa to read.
+	time.Sleep(1100 * time.Millisecond)
+	vote(svc, "pd")
+	if p := answered(t, pa); len(p.Items) != 1 || p.Items[0].Checkpoint != 1 || p.Items[0].Action != coordinator.ActionCommit {
+		t.Fatalf("pa's long-poll answered %+v once decided, want its commit", p)
+	}
+	if got := local.reads.Load(); got != before+1 {
+		t.Errorf("pa's long-poll read %d times once decided after another coordinator's vote, want 1", got-before)
 	}
 }
 

@@ -69,10 +69,15 @@ type jobTx struct {
 	// recorded names the checkpoints on which this update recorded a vote or an ack: the
 	// other participants' may be on their way (awaited).
 	recorded []recorded
-	// opened holds the checkpoints this update opened; changedElse is true once it wrote
-	// anything else (then the job's waiters read what changed instead of being handed it).
-	opened      []*coordinator.Checkpoint
-	changedElse bool
+	// touched names the checkpoints this update opened or changed, in order; changedJob is
+	// true once it changed more of the job (an epoch, the job deleted): then the job's
+	// waiters read what changed instead of being handed it.
+	touched    []int64
+	changedJob bool
+	// since is a version from which every change to the job up to the one this update
+	// began from was this process's and changed only checkpoints (coordinator.Changed), 0
+	// if none is known: the version read under the lock, or the cached state's since.
+	since int64
 }
 
 // recorded is a vote (ack false) or an ack recorded on a checkpoint.
@@ -215,7 +220,7 @@ func (t *jobTx) readBegin(results pgx.BatchResults, hint int64) (stale bool, err
 	t.job, t.now, t.nowAt, t.version = row.get(), t.now.UTC(), time.Now(), version+1
 	t.cache.observe(t.now, t.nowAt)
 	if seen == nil || *seen != version {
-		return true, nil
+		return true, nil // readState reads under the lock, and sets since
 	}
 	var raw []jsonCheckpoint
 	if err := json.Unmarshal(cpsJSON, &raw); err != nil {
@@ -226,6 +231,7 @@ func (t *jobTx) readBegin(results pgx.BatchResults, hint int64) (stale bool, err
 		cps[i] = raw[i].checkpoint()
 	}
 	t.startRead(names, epochs, cps, hint, elsewhere)
+	t.since = version
 	return false, nil
 }
 
@@ -256,7 +262,7 @@ func (t *jobTx) handOn(next *jobTx, hint int64) bool {
 	}
 	next.version = t.version
 	next.start(coordinator.CloneJob(t.job), t.checkpoints, t.now.Add(time.Since(t.nowAt)).Truncate(time.Microsecond), t.nowAt, hint)
-	next.owedOutside, next.knowsOwed = t.owedOutside, t.knowsOwed
+	next.owedOutside, next.knowsOwed, next.since = t.owedOutside, t.knowsOwed, t.since
 	t.checkpoints = nil
 	return true
 }
@@ -269,7 +275,7 @@ func (t *jobTx) handOn(next *jobTx, hint int64) bool {
 func (t *jobTx) start(job *coordinator.Job, checkpoints map[int64]*coordinator.Checkpoint, now, nowAt time.Time, hint int64) {
 	t.job, t.now, t.nowAt = job, now, nowAt
 	t.checkpoints, t.canHandOn, t.canCache = checkpoints, true, true
-	t.owedOutside, t.knowsOwed = nil, false
+	t.owedOutside, t.knowsOwed, t.since = nil, false, 0
 	t.preparing, t.hinted, t.loaded = nil, nil, true
 	for _, id := range slices.Sorted(maps.Keys(checkpoints)) {
 		cp := checkpoints[id]
@@ -302,6 +308,7 @@ func (t *jobTx) readState(hint int64) error {
 		return err
 	}
 	t.startRead(names, epochs, cps, hint, elsewhere)
+	t.since = t.version - 1 // the version the lock found
 	return nil
 }
 
@@ -613,10 +620,19 @@ func (t *jobTx) Apply(ctx context.Context, m *coordinator.Mutation) error {
 	}
 	if m.Opened != nil {
 		t.queueInsert(m.Opened, m.Idempotency, cps[m.Opened.ID])
-		t.opened = append(t.opened, m.Opened)
+		t.touched = append(t.touched, m.Opened.ID)
 	}
-	if m.ChangesBesidesOpening() {
-		t.changedElse = true
+	if m.ChangesJob() {
+		t.changedJob, t.since = true, 0
+	}
+	for _, v := range m.Votes {
+		t.touched = append(t.touched, v.Checkpoint)
+	}
+	for _, a := range m.Acks {
+		t.touched = append(t.touched, a.Checkpoint)
+	}
+	for _, cp := range m.Statuses {
+		t.touched = append(t.touched, cp.ID)
 	}
 	for _, e := range m.Epochs {
 		t.queue.add("set epoch of "+e.Participant, setEpochSQL, t.job.Name, e.Participant, e.Epoch)

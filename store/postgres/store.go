@@ -21,8 +21,10 @@ import (
 	"github.com/twophase/coordinator/store/writehealth"
 )
 
-// channel is the NOTIFY channel on which decisions are announced, payload "origin job/id":
-// origin names the process that decided, which wakes its own waiters itself (Publish).
+// channel is the NOTIFY channel on which decisions are announced, payload "origin job/id",
+// and the other changes that can make something owed (a checkpoint opened, a participant
+// registered, the job changed or deleted), payload "origin job/0": origin names the process
+// that made the change, which wakes its own waiters itself (Publish).
 const channel = "coordinator_decisions"
 
 // lockTimeout bounds every lock wait of the store's connections (PostgreSQL's lock_timeout,

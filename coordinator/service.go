@@ -276,9 +276,17 @@ func (s *Service) Pending(ctx context.Context, job, participant string, wait tim
 	owingKnower, _ := s.store.(OwingKnower)
 	var known *owingView // the last read, or what a hand-over or the store's knowledge made of it
 	for first := true; ; first = false {
+		if known != nil {
+			// A state handed over (Changed) is the job at a version committed while this
+			// call waited: what the participant owes there is an answer.
+			if p, err := known.pending(participant); err != nil || len(p.Items) > 0 || p.Epoch != epoch {
+				return p, err
+			}
+		}
 		// Subscribe before reading, so that a change after the read wakes us. A state
-		// handed over (Changed) stands only while the store knows the job is still at its
-		// version: a change between the hand-over and this subscription is then read.
+		// handed over in which the participant owes nothing stands only while the store
+		// knows the job is still at its version: a change between the hand-over and this
+		// subscription is then looked at again.
 		sub := s.store.Subscribe(job, AnyCheckpoint)
 		if known != nil {
 			if v, ok := knownVersion(knower, job); !ok || v != known.job.Version {

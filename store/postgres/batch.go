@@ -98,6 +98,9 @@ func (c *committer) commit(ops []*groupcommit.Op, join, useCache bool) (_, defer
 		if err != nil && stale && !errors.Is(err, errStale) {
 			err = fmt.Errorf("%w (%w)", errStale, err)
 		}
+		if err != nil {
+			b.releaseCached()
+		}
 	}()
 	b.queue.add("begin", "BEGIN")
 	if err := b.start(useCache); err != nil {
@@ -430,7 +433,9 @@ func (b *batch) takeJoiners() bool {
 func (b *batch) finish(began time.Time) error {
 	b.queue.add("commit", "COMMIT")
 	if err := b.queue.flush(b.ctx, b.conn); err != nil {
-		// The decisions may have committed: their waiters read to find out.
+		// The decisions may have committed: their waiters read to find out, not from the
+		// states the batch began from.
+		b.releaseCached()
 		for _, cps := range b.decided {
 			for _, cp := range cps {
 				b.c.store.broker.Notify(cp.Job, cp.ID)
@@ -462,6 +467,7 @@ func (b *batch) finish(began time.Time) error {
 			b.c.cache.put(t, t.version, began)
 		}
 	}
+	b.releaseCached() // the jobs taken whose updates did not run (given up on, set aside)
 	// The waiters of any change of a job are handed what changed, or told to read; then
 	// the waiters of each decided checkpoint get it.
 	for job, c := range changes {
@@ -485,6 +491,16 @@ func (b *batch) finish(began time.Time) error {
 		}
 	}
 	return nil
+}
+
+// releaseCached gives up the busy states the batch took and did not put back: it failed,
+// or none of a job's updates ran.
+func (b *batch) releaseCached() {
+	for i, st := range b.cached {
+		if st != nil {
+			b.c.cache.release(b.ops[i].Job)
+		}
+	}
 }
 
 // outcomeUnknown is the answer to an update whose transaction's COMMIT got no answer.

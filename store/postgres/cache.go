@@ -64,8 +64,13 @@ const clockAnchorAge = 5 * time.Second
 const contendedFor = time.Second
 
 type stateCache struct {
-	mu     sync.Mutex
-	jobs   map[string]*jobState
+	mu   sync.Mutex
+	jobs map[string]*jobState
+	// busy holds the states that batches took and have not put back yet: a batch's
+	// changes are published only after it puts back what it left (or after release), so
+	// what pending is told of a job may come from the state it began from meanwhile
+	// (DESIGN.md, invariant 14). The batch's own copies are its own; these stay unchanged.
+	busy   map[string]*jobState
 	stale  map[string]time.Time // jobs whose cached state was found stale, and when
 	db, at time.Time            // the database's clock as last read, and when (local, monotonic)
 
@@ -78,16 +83,45 @@ type stateCache struct {
 }
 
 func newStateCache() *stateCache {
-	return &stateCache{jobs: map[string]*jobState{}, stale: map[string]time.Time{}, foreign: map[string]time.Time{}}
+	return &stateCache{jobs: map[string]*jobState{}, busy: map[string]*jobState{}, stale: map[string]time.Time{}, foreign: map[string]time.Time{}}
 }
 
-// take removes and returns job's cached state, nil if none.
+// take removes and returns job's cached state, nil if none, for a batch, which puts back
+// what it leaves (put), or releases the job if it fails (release). Until then the state
+// stays busy: what pending may be told (knownOwing, knownVersion), not what another batch
+// may take.
 func (c *stateCache) take(job string) *jobState {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	st := c.jobs[job]
 	delete(c.jobs, job)
+	if st != nil {
+		c.busy[job] = st
+	}
 	return st
+}
+
+// release forgets the busy states of jobs whose batch failed: it may have committed
+// something (its outcome unknown) that its waiters must read, or found the state stale.
+// A batch that failed calls it before it wakes any waiter.
+func (c *stateCache) release(jobs ...string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for _, job := range jobs {
+		delete(c.busy, job)
+	}
+}
+
+// known returns what pending may be told of job: its cached state, or the one a batch
+// took and has not put back; nil while the listener is not listening. c.mu is held.
+func (c *stateCache) known(job string) *jobState {
+	if !c.listening {
+		return nil
+	}
+	if st := c.jobs[job]; st != nil {
+		return st
+	}
+	return c.busy[job]
 }
 
 // put caches what t, the last update of its job in a committed batch begun at began, left,
@@ -96,6 +130,7 @@ func (c *stateCache) put(t *jobTx, version int64, began time.Time) {
 	st := t.cacheState(version)
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	delete(c.busy, t.job.Name)
 	if c.allForeign.After(began) || c.foreign[t.job.Name].After(began) {
 		// Another process may have decided on the job after the batch's lock: not cached,
 		// so that knownPreparing never trusts a state older than a decision it heard of.
@@ -121,6 +156,7 @@ func (c *stateCache) forget(job string) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	delete(c.jobs, job)
+	delete(c.busy, job)
 }
 
 // heardForeign notes that another process decided on job: what is cached of it may be
@@ -129,9 +165,11 @@ func (c *stateCache) heardForeign(job string) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	delete(c.jobs, job)
+	delete(c.busy, job)
 	if len(c.foreign) >= maxCachedJobs {
 		clear(c.foreign)
 		clear(c.jobs)
+		clear(c.busy)
 		c.allForeign = time.Now()
 	}
 	c.foreign[job] = time.Now()
@@ -144,6 +182,7 @@ func (c *stateCache) listen(on bool) {
 	defer c.mu.Unlock()
 	c.listening = on
 	clear(c.jobs)
+	clear(c.busy)
 	clear(c.foreign)
 	c.allForeign = time.Now()
 }
@@ -167,8 +206,8 @@ func (c *stateCache) knownPreparing(job string, id int64) bool {
 func (c *stateCache) knownVersion(job string) (int64, bool) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	st := c.jobs[job]
-	if !c.listening || st == nil {
+	st := c.known(job)
+	if st == nil {
 		return 0, false
 	}
 	return st.version, true
@@ -180,10 +219,9 @@ func (c *stateCache) knownVersion(job string) (int64, bool) {
 // such checkpoint (DESIGN.md, invariant 14). What it returns is shared: read only.
 func (c *stateCache) knownOwing(job string) (*coordinator.Job, time.Time, []*coordinator.Checkpoint, bool) {
 	c.mu.Lock()
-	st := c.jobs[job]
-	listening := c.listening
+	st := c.known(job)
 	c.mu.Unlock()
-	if !listening || st == nil || !st.knowsOwed || len(st.owedOutside) > 0 {
+	if st == nil || !st.knowsOwed || len(st.owedOutside) > 0 {
 		return nil, time.Time{}, nil, false
 	}
 	var owing []*coordinator.Checkpoint

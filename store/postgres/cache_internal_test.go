@@ -74,3 +74,60 @@ func TestClockEstimateNeverAhead(t *testing.T) {
 		t.Fatalf("estimate %s before the job's last clock %s", now, last)
 	}
 }
+
+// A state a batch took stays what pending is told of the job (knownOwing, knownVersion)
+// until the batch puts back what it left, or releases the job because it failed; another
+// batch cannot take it meanwhile. News from another process, or the listener stopping,
+// drops it as it drops what is cached.
+func TestBusyStateToldUntilPutOrReleased(t *testing.T) {
+	c := newStateCache()
+	c.listen(true)
+	tx := cachedTx()
+	tx.knowsOwed = true
+	c.put(tx, 7, time.Now())
+	told := func() int64 {
+		t.Helper()
+		job, _, _, ok := c.knownOwing("j")
+		v, vok := c.knownVersion("j")
+		if ok != vok || ok && job.Version != v {
+			t.Fatalf("knownOwing (%v) and knownVersion (%d, %v) disagree", ok, v, vok)
+		}
+		if !ok {
+			return 0
+		}
+		return v
+	}
+	if got := told(); got != 7 {
+		t.Fatalf("cached at version 7, told %d", got)
+	}
+	if c.take("j") == nil {
+		t.Fatal("nothing to take")
+	}
+	if got := told(); got != 7 {
+		t.Fatalf("taken by a batch, told %d; want the state it began from, 7", got)
+	}
+	if c.take("j") != nil {
+		t.Fatal("a state taken by one batch was taken again")
+	}
+	c.put(tx, 8, time.Now())
+	if got := told(); got != 8 {
+		t.Fatalf("put back at version 8, told %d", got)
+	}
+	c.take("j")
+	c.release("j")
+	if got := told(); got != 0 {
+		t.Fatalf("released by a failed batch, still told version %d", got)
+	}
+	c.put(tx, 9, time.Now())
+	c.take("j")
+	c.heardForeign("j")
+	if got := told(); got != 0 {
+		t.Fatalf("taken, then changed by another process: still told version %d", got)
+	}
+	c.put(tx, 10, time.Now())
+	c.take("j")
+	c.listen(false)
+	if got := told(); got != 0 {
+		t.Fatalf("taken, with the listener down: still told version %d", got)
+	}
+}

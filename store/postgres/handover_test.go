@@ -29,6 +29,28 @@ func (s *readCounting) KnownOwing(job string) (*coordinator.Job, time.Time, []*c
 	return s.Store.KnownOwing(job)
 }
 
+// listeningStores is openStores, once each store's listener listens: what a store knows
+// without reading is told only then.
+func listeningStores(t *testing.T, n int) []*postgres.Store {
+	t.Helper()
+	stores := openStores(t, n)
+	for _, s := range stores {
+		if !postgres.WaitListening(s, 10*time.Second) {
+			t.Fatal("the store does not listen")
+		}
+	}
+	return stores
+}
+
+// twoCoordinators returns two services on one database, each on a store of its own that
+// listens: the first's store with its reads counted, and the other.
+func twoCoordinators(t *testing.T) (local *readCounting, svc, other *coordinator.Service) {
+	t.Helper()
+	stores := listeningStores(t, 2)
+	local = &readCounting{Store: stores[0]}
+	return local, coordinator.NewService(local, nil), coordinator.NewService(stores[1], nil)
+}
+
 type pendingAnswer struct {
 	p   *coordinator.Pending
 	err error
@@ -84,15 +106,7 @@ func answered(t *testing.T, ch <-chan pendingAnswer) *coordinator.Pending {
 func TestOpenedCheckpointHandedToWaiters(t *testing.T) {
 	t.Parallel()
 	ctx := t.Context()
-	stores := openStores(t, 2)
-	for _, s := range stores {
-		if !postgres.WaitListening(s, 10*time.Second) {
-			t.Fatal("the store does not listen")
-		}
-	}
-	local := &readCounting{Store: stores[0]}
-	svc := coordinator.NewService(local, nil)
-	other := coordinator.NewService(stores[1], nil)
+	local, svc, other := twoCoordinators(t)
 	epochs := setUpJob(t, svc, time.Minute)
 
 	for id := int64(1); id <= 3; id++ {
@@ -150,10 +164,7 @@ func TestOpenedCheckpointHandedToWaiters(t *testing.T) {
 func TestArrivalOwingNothingWaitsWithoutRead(t *testing.T) {
 	t.Parallel()
 	ctx := t.Context()
-	s := openStores(t, 1)[0]
-	if !postgres.WaitListening(s, 10*time.Second) {
-		t.Fatal("the store does not listen")
-	}
+	s := listeningStores(t, 1)[0]
 	local := &readCounting{Store: s}
 	svc := coordinator.NewService(local, nil)
 	epochs := setUpJob(t, svc, time.Minute)
@@ -216,15 +227,7 @@ func TestArrivalOwingNothingWaitsWithoutRead(t *testing.T) {
 func TestHandOverNotTrustedAcrossAnotherCoordinatorsChange(t *testing.T) {
 	t.Parallel()
 	ctx := t.Context()
-	stores := openStores(t, 2)
-	for _, s := range stores {
-		if !postgres.WaitListening(s, 10*time.Second) {
-			t.Fatal("the store does not listen")
-		}
-	}
-	local := &readCounting{Store: stores[0]}
-	svc := coordinator.NewService(local, nil)
-	other := coordinator.NewService(stores[1], nil)
+	local, svc, other := twoCoordinators(t)
 	cfg := coordinator.JobConfig{Participants: []string{"pa", "pb", "pc", "pd"}, CheckpointTimeout: time.Minute, MaxConcurrentCheckpoints: 1, AutoCommit: true}
 	if _, _, err := svc.PutJob(ctx, "j", cfg); err != nil {
 		t.Fatal(err)
@@ -274,12 +277,7 @@ func TestHandOverNotTrustedAcrossAnotherCoordinatorsChange(t *testing.T) {
 func TestAbortOwedOutsideTheCacheIsAnswered(t *testing.T) {
 	t.Parallel()
 	ctx := t.Context()
-	stores := openStores(t, 2)
-	for _, s := range stores {
-		if !postgres.WaitListening(s, 10*time.Second) {
-			t.Fatal("the store does not listen")
-		}
-	}
+	stores := listeningStores(t, 2)
 	first := coordinator.NewService(stores[0], nil)
 	epochs := setUpJob(t, first, time.Minute)
 	if _, _, err := first.Prepare(ctx, "j", coordinator.PrepareRequest{}); err != nil {
@@ -329,15 +327,7 @@ func TestAbortOwedOutsideTheCacheIsAnswered(t *testing.T) {
 func TestJobChangedElsewhereWakesWaiters(t *testing.T) {
 	t.Parallel()
 	ctx := t.Context()
-	stores := openStores(t, 2)
-	for _, s := range stores {
-		if !postgres.WaitListening(s, 10*time.Second) {
-			t.Fatal("the store does not listen")
-		}
-	}
-	local := &readCounting{Store: stores[0]}
-	svc := coordinator.NewService(local, nil)
-	other := coordinator.NewService(stores[1], nil)
+	local, svc, other := twoCoordinators(t)
 	setUpJob(t, svc, time.Minute)
 
 	pb := waitPending(t, svc, local, "pb", local.looks.Load()+1)

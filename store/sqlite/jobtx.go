@@ -19,8 +19,8 @@ type jobTx struct {
 	job     *coordinator.Job
 	now     time.Time
 	decided []*coordinator.Checkpoint // as saved, published once committed
-	// announced: a checkpoint opened or an epoch changed; the job's waiters are told once
-	// committed.
+	// announced: a checkpoint opened, an epoch changed or the job deleted; the job's
+	// waiters are told once committed.
 	announced bool
 }
 
@@ -162,7 +162,7 @@ func (t *jobTx) Apply(ctx context.Context, m *coordinator.Mutation) error {
 			return err
 		}
 	}
-	t.announced = t.announced || m.Opened != nil || len(m.Epochs) > 0
+	t.announced = t.announced || m.Opened != nil || len(m.Epochs) > 0 || m.JobDeleted
 	for _, v := range m.Votes {
 		if err := t.saveVote(ctx, v.Checkpoint, &v.Participant); err != nil {
 			return err

@@ -416,6 +416,7 @@ func (s *Store) PutJob(ctx context.Context, name string, cfg coordinator.JobConf
 	if err != nil {
 		return nil, false, translate(fmt.Errorf("put job %s: %w", name, err))
 	}
+	s.broker.NotifyJob(name) // its long-polls on pending look at it again
 	return job, created, nil
 }
 

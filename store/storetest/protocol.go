@@ -47,6 +47,7 @@ func runProtocol(t *testing.T, o opener) {
 		{"Prepare/IdempotencyKey", testIdempotencyKey},
 		{"GetCheckpoint/LongPollWokenByVote", testLongPollWoken},
 		{"GetCheckpoint/LongPollTimesOut", testLongPollTimesOut},
+		{"Pending/LongPollWokenByJobChange", testPendingWokenByJobChange},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -703,6 +704,36 @@ func testLongPollWoken(t *testing.T, b *bundle) {
 	if elapsed > 3*time.Second {
 		t.Fatalf("long poll answered after %v; the decision at 300ms should have woken it", elapsed)
 	}
+}
+
+// A long-poll on pending ends when the job changes: a participant taken out of the job,
+// or any participant of a deleted job, is answered not found then, not at the end of its
+// wait (which answers what it last knew: nothing owed).
+func testPendingWokenByJobChange(t *testing.T, b *bundle) {
+	b.job("j", config("a", "b"))
+	changed := make(chan error, 1)
+	change := func(fn func() error) {
+		go func() {
+			time.Sleep(300 * time.Millisecond)
+			changed <- fn()
+		}()
+	}
+	change(func() error {
+		_, _, err := b.svc.PutJob(b.ctx, "j", config("a"))
+		return err
+	})
+	_, err := b.svc.Pending(b.ctx, "j", "b", 20*time.Second, 0)
+	if cerr := <-changed; cerr != nil {
+		t.Fatalf("PutJob without b: %v", cerr)
+	}
+	wantErr(t, "b's long-poll once b was taken out of the job", err, coordinator.ErrNotFound)
+
+	change(func() error { return b.svc.DeleteJob(b.ctx, "j") })
+	_, err = b.svc.Pending(b.ctx, "j", "a", 20*time.Second, 0)
+	if cerr := <-changed; cerr != nil {
+		t.Fatalf("DeleteJob: %v", cerr)
+	}
+	wantErr(t, "a's long-poll once the job was deleted", err, coordinator.ErrNotFound)
 }
 
 func testLongPollTimesOut(t *testing.T, b *bundle) {

@@ -1151,9 +1151,10 @@ type ClientInterface interface {
 	// then ack).
 	//
 	// With `wait_ms` and nothing owed, it waits up to that long until something is (a
-	// checkpoint opens, or one the participant voted in is decided) or the participant
-	// registers again, through any coordinator on the database, then answers; with
-	// something owed it answers at once. A participant needs no other loop: register, then
+	// checkpoint opens, or one the participant voted in is decided), the participant
+	// registers again, or the job is changed or deleted (a participant no longer in the
+	// job, or a deleted job, is then answered 404), through any coordinator on the
+	// database, then answers; with something owed it answers at once. A participant needs no other loop: register, then
 	// `pending?wait_ms=...`, act, repeat. An idle participant costs one request per `wait_ms`.
 	//
 	// Corresponds with GET /v1/jobs/{job}/participants/{participant}/pending (the `GetPending` operationId).
@@ -1772,9 +1773,10 @@ func (c *Client) PutVote(ctx context.Context, job JobName, id CheckpointID, part
 // then ack).
 //
 // With `wait_ms` and nothing owed, it waits up to that long until something is (a
-// checkpoint opens, or one the participant voted in is decided) or the participant
-// registers again, through any coordinator on the database, then answers; with
-// something owed it answers at once. A participant needs no other loop: register, then
+// checkpoint opens, or one the participant voted in is decided), the participant
+// registers again, or the job is changed or deleted (a participant no longer in the
+// job, or a deleted job, is then answered 404), through any coordinator on the
+// database, then answers; with something owed it answers at once. A participant needs no other loop: register, then
 // `pending?wait_ms=...`, act, repeat. An idle participant costs one request per `wait_ms`.
 //
 // Corresponds with GET /v1/jobs/{job}/participants/{participant}/pending (the `GetPending` operationId).
@@ -3643,9 +3645,10 @@ type ClientWithResponsesInterface interface {
 	// then ack).
 	//
 	// With `wait_ms` and nothing owed, it waits up to that long until something is (a
-	// checkpoint opens, or one the participant voted in is decided) or the participant
-	// registers again, through any coordinator on the database, then answers; with
-	// something owed it answers at once. A participant needs no other loop: register, then
+	// checkpoint opens, or one the participant voted in is decided), the participant
+	// registers again, or the job is changed or deleted (a participant no longer in the
+	// job, or a deleted job, is then answered 404), through any coordinator on the
+	// database, then answers; with something owed it answers at once. A participant needs no other loop: register, then
 	// `pending?wait_ms=...`, act, repeat. An idle participant costs one request per `wait_ms`.
 	//
 	// Returns a wrapper object for the known response body format(s).
@@ -5601,9 +5604,10 @@ func (c *ClientWithResponses) PutVoteWithResponse(ctx context.Context, job JobNa
 // then ack).
 //
 // With `wait_ms` and nothing owed, it waits up to that long until something is (a
-// checkpoint opens, or one the participant voted in is decided) or the participant
-// registers again, through any coordinator on the database, then answers; with
-// something owed it answers at once. A participant needs no other loop: register, then
+// checkpoint opens, or one the participant voted in is decided), the participant
+// registers again, or the job is changed or deleted (a participant no longer in the
+// job, or a deleted job, is then answered 404), through any coordinator on the
+// database, then answers; with something owed it answers at once. A participant needs no other loop: register, then
 // `pending?wait_ms=...`, act, repeat. An idle participant costs one request per `wait_ms`.
 //
 // Returns a wrapper object for the known response body format(s).

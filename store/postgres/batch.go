@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -64,6 +65,10 @@ var errOutcomeUnknown = errors.New("postgres: commit outcome unknown")
 // if a cached state was found stale (DESIGN.md, invariant 2), except errOutcomeUnknown, after
 // which every update it ran has been answered. Either way it returns the updates it took.
 func (c *committer) commit(ops []*groupcommit.Op, join, useCache bool) (_, deferred []*groupcommit.Op, err error) {
+	// By job, keeping each job's updates in the order they came (DESIGN.md, invariant 8):
+	// start gives each job one jobTx, which the job's later updates follow. A batch run
+	// again after a failure comes with its joiners after the others, so it is sorted here.
+	slices.SortStableFunc(ops, func(a, b *groupcommit.Op) int { return strings.Compare(a.Job, b.Job) })
 	began := time.Now()
 	if observe := c.store.observe; observe != nil {
 		defer func() {

@@ -3,8 +3,6 @@ package postgres
 import (
 	"context"
 	"errors"
-	"slices"
-	"strings"
 	"time"
 
 	"github.com/twophase/coordinator/coordinator"
@@ -67,7 +65,6 @@ func (c *committer) update(ctx context.Context, job string, checkpoint int64, fn
 // row is locked elsewhere (DESIGN.md, invariant 12): the dispatcher runs them again later.
 // A batch whose COMMIT's outcome is unknown is never run again (invariant 13).
 func (c *committer) run(batch []*groupcommit.Op) (ops, deferred []*groupcommit.Op) {
-	slices.SortStableFunc(batch, func(a, b *groupcommit.Op) int { return strings.Compare(a.Job, b.Job) })
 	ops, deferred, err := c.commit(batch, true, true)
 	if err == nil || errors.Is(err, errOutcomeUnknown) {
 		return ops, deferred

@@ -1,6 +1,10 @@
 package postgres
 
-import "time"
+import (
+	"time"
+
+	"github.com/twophase/coordinator/store/groupcommit"
+)
 
 // SetClockBehind makes the store's next estimates of the database's clock (cache.go) d
 // behind it, as a late reading would, until a reading corrects it.
@@ -31,4 +35,11 @@ func WaitListening(s *Store, d time.Duration) bool {
 // job j: the read of pending (a View) and a transaction's Owing for anyone.
 func OwingStatements(job string) map[string][]any {
 	return map[string][]any{"viewSQL": {viewSQL, job}, "owingSQL": {owingSQL, job, ""}}
+}
+
+// CommitRetry commits ops as the committer runs a batch again after a failure: in one
+// transaction, reading every job under its lock, in the order given.
+func CommitRetry(s *Store, ops []*groupcommit.Op) error {
+	_, _, err := s.committer.commit(ops, false, false)
+	return err
 }

@@ -355,10 +355,6 @@ func (s *Store) PutJob(ctx context.Context, name string, cfg coordinator.JobConf
 			return err
 		}
 		created = inserted || (exists && deleted)
-		// Other processes drop what they cached of the job, and their waiters read it.
-		if _, err := tx.Exec(ctx, announceSQL, s.origin+" "+coordinator.BrokerKey(name, coordinator.AnyCheckpoint)); err != nil {
-			return fmt.Errorf("announce job %s: %w", name, err)
-		}
 		if audit != nil {
 			a := *audit
 			a.Action = coordinator.AuditJobUpdated
@@ -379,6 +375,15 @@ func (s *Store) PutJob(ctx context.Context, name string, cfg coordinator.JobConf
 		return nil, false, translate(fmt.Errorf("put job %s: %w", name, err))
 	}
 	s.broker.NotifyJob(name)
+	// Other processes drop what they cached of the job, and their waiters look at it
+	// again. Announced after the commit, not in it: a transaction that notifies takes
+	// PostgreSQL's notification lock while it commits, which under lock_timeout could fail
+	// the job's change for the announcement's sake. Without the announcement only what
+	// other processes tell pending is late (a participant taken out of the job waits
+	// rather than hearing 404): their writes check the job's version.
+	if _, err := s.pool.Exec(ctx, announceSQL, s.origin+" "+coordinator.BrokerKey(name, coordinator.AnyCheckpoint)); err != nil {
+		s.logger.Warn("announcing a changed job to other coordinators failed: their long-polls on it see the change late", "job", name, "error", err)
+	}
 	return job, created, nil
 }
 

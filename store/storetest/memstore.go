@@ -136,6 +136,9 @@ type memTx struct {
 	now      time.Time
 	readOnly bool
 	decided  []*coordinator.Checkpoint
+	// announced: a checkpoint opened, an epoch changed or the job deleted; the job's
+	// waiters are told once applied.
+	announced bool
 }
 
 func (s *memStore) Update(ctx context.Context, job string, _ int64, fn func(tx coordinator.JobTx) error) error {
@@ -150,6 +153,9 @@ func (s *memStore) Update(ctx context.Context, job string, _ int64, fn func(tx c
 		return err
 	}
 	s.state = tx.state
+	if tx.announced {
+		s.broker.NotifyJob(job)
+	}
 	for _, cp := range tx.decided {
 		s.broker.Publish(cp)
 	}
@@ -204,6 +210,7 @@ func (s *memStore) PutJob(ctx context.Context, name string, cfg coordinator.JobC
 		}
 		s.state.record(a)
 	}
+	s.broker.NotifyJob(name) // its long-polls on pending look at it again
 	// The job as GetJob shows it, last checkpoints included, as the real stores answer
 	// (and PUT /v1/jobs/{job} with them).
 	return s.state.shown(name), !ok, nil
@@ -361,6 +368,7 @@ func (tx *memTx) Apply(ctx context.Context, m *coordinator.Mutation) error {
 	for _, cp := range m.Statuses {
 		tx.decided = append(tx.decided, cp.Clone())
 	}
+	tx.announced = tx.announced || m.Opened != nil || len(m.Epochs) > 0 || m.JobDeleted
 	if m.JobDeleted {
 		delete(tx.state.jobs, tx.name)
 		delete(tx.state.cps, tx.name)

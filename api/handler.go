@@ -17,6 +17,7 @@ import (
 	"github.com/go-chi/chi/v5/middleware"
 
 	"github.com/twophase/coordinator/coordinator"
+	"github.com/twophase/coordinator/internal/httppark"
 	"github.com/twophase/coordinator/metrics"
 )
 
@@ -60,6 +61,12 @@ type Options struct {
 	// MaxWaiters bounds the requests that may wait on purpose (long-polls) held at once;
 	// past it they get 503 unavailable with Retry-After. 0 means no bound.
 	MaxWaiters int
+	// Park, when not nil, is the listener the server serves on: an HTTP/1.1 long-poll on
+	// pending that has waited ParkAfter (0: DefaultParkAfter) is then parked, its
+	// connection set aside until its answer is written and then handed back to the
+	// server through Park (park.go).
+	Park      *httppark.Listener
+	ParkAfter time.Duration
 }
 
 // NewHandler returns the HTTP API of openapi.yaml on svc: the generated routes, with a
@@ -68,6 +75,17 @@ type Options struct {
 // unknown routes, wrong methods, bad parameters and panics.
 func NewHandler(svc *coordinator.Service, opts Options) http.Handler {
 	srv := &server{svc: svc, build: opts.Build, metrics: opts.Metrics}
+	if opts.Park != nil {
+		logger := opts.Logger
+		if logger == nil {
+			logger = slog.Default()
+		}
+		srv.park = &parking{ln: opts.Park, after: opts.ParkAfter, requestTimeout: opts.RequestTimeout,
+			pw: &problemWriter{logger: logger}}
+		if srv.park.after <= 0 {
+			srv.park.after = DefaultParkAfter
+		}
+	}
 	if opts.Auth != nil {
 		srv.tokens, srv.auth = opts.Tokens, opts.Auth
 	}
@@ -216,26 +234,26 @@ func withRequestID(next http.Handler) http.Handler {
 	})
 }
 
-// accessLog logs one line per request once it is answered.
+// accessLog logs one line per request once it is answered: when the handler returns, or,
+// for a request the handler parked, once its answer is written.
 func accessLog(logger *slog.Logger, m *metrics.Metrics) func(http.Handler) http.Handler {
 	return func(next http.Handler) http.Handler {
 		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 			start := time.Now()
-			ww := middleware.NewWrapResponseWriter(w, r.ProtoMajor)
-			defer func() {
-				status := ww.Status()
-				if status == 0 {
-					status = http.StatusOK
-				}
+			aw := &answerWriter{ResponseWriter: w, req: r}
+			next.ServeHTTP(aw, r)
+			// The route template, never the path: no label takes a name or an id. Read
+			// now: chi reuses the route context once this request returns.
+			route := routePattern(r)
+			logged := func(ctx context.Context, status, bytes int) {
 				if m != nil {
-					// The route template, never the path: no label takes a name or an id.
-					m.Request(routePattern(r), r.Method, status, time.Since(start))
+					m.Request(route, r.Method, status, time.Since(start))
 				}
-				// Reads are the bulk of the traffic (long-polls, pending, probes): logged at
-				// debug unless they fail; changes at info.
+				// Reads are the bulk of the traffic (long-polls, pending, probes): logged
+				// at debug unless they fail; changes at info.
 				level := slog.LevelInfo
 				switch {
-				case errors.Is(context.Cause(r.Context()), context.Canceled) && status == http.StatusServiceUnavailable:
+				case errors.Is(context.Cause(ctx), context.Canceled) && status == http.StatusServiceUnavailable:
 					// The client went away (a participant stopping in the middle of its
 					// long-poll): nobody reads the answer, and nothing failed.
 					level = slog.LevelDebug
@@ -244,21 +262,32 @@ func accessLog(logger *slog.Logger, m *metrics.Metrics) func(http.Handler) http.
 				case (r.Method == http.MethodGet || r.Method == http.MethodHead) && status < 400:
 					level = slog.LevelDebug
 				}
+				if !logger.Enabled(ctx, level) {
+					return
+				}
 				attrs := []slog.Attr{
 					slog.String("method", r.Method),
 					slog.String("path", r.URL.Path),
 					slog.String("proto", r.Proto),
 					slog.Int("status", status),
 					slog.Float64("duration_ms", float64(time.Since(start).Microseconds())/1000),
-					slog.String("request_id", RequestID(r.Context())),
-					slog.Int("bytes", ww.BytesWritten()),
+					slog.String("request_id", RequestID(ctx)),
+					slog.Int("bytes", bytes),
 				}
 				if trace, ok := traceID(r.Header.Get("traceparent")); ok {
 					attrs = append(attrs, slog.String("trace_id", trace))
 				}
-				logger.LogAttrs(r.Context(), level, "request", attrs...)
-			}()
-			next.ServeHTTP(ww, r)
+				logger.LogAttrs(ctx, level, "request", attrs...)
+			}
+			if aw.parked != nil {
+				go aw.parked.finish(logged)
+				return
+			}
+			status := aw.status
+			if status == 0 {
+				status = http.StatusOK
+			}
+			logged(r.Context(), status, aw.bytes)
 		})
 	}
 }

@@ -27,6 +27,7 @@ type server struct {
 	tokens       *coordinator.Tokens // for /v1/tokens; nil: authentication is off
 	auth         *coordinator.Authenticator
 	metrics      *metrics.Metrics // for /metrics; nil: not served
+	park         *parking         // nil: long-polls are not parked
 }
 
 var _ StrictServerInterface = (*server)(nil)
@@ -120,7 +121,24 @@ func (s *server) GetPending(ctx context.Context, req GetPendingRequestObject) (G
 			return nil, invalid("epoch", "must be 1 or more (the epoch that register returned)")
 		}
 	}
-	p, err := s.svc.Pending(ctx, req.Job, req.Participant, milliseconds(wait), epoch)
+	total := milliseconds(wait)
+	if s.park != nil && total > s.park.after {
+		// Wait here for a while; past it, a wait that goes on may be parked (park.go).
+		start := time.Now()
+		p, err := s.svc.Pending(ctx, req.Job, req.Participant, s.park.after, epoch)
+		if err != nil {
+			return nil, err
+		}
+		// An answer before the time was up is the answer (something owed, a new epoch,
+		// the coordinator shutting down); one at the time found nothing, and the wait
+		// goes on, at the epoch it knew.
+		if len(p.Items) == 0 && (epoch == 0 || p.Epoch == epoch) && time.Since(start) >= s.park.after {
+			return pendingWait{s: s, ctx: ctx, job: req.Job, participant: req.Participant,
+				epoch: p.Epoch, until: start.Add(total)}, nil
+		}
+		return ok(Pending{Job: p.Job, Participant: p.Participant, Epoch: p.Epoch, Items: pendingItems(p.Items)}), nil
+	}
+	p, err := s.svc.Pending(ctx, req.Job, req.Participant, total, epoch)
 	if err != nil {
 		return nil, err
 	}

@@ -228,7 +228,8 @@ func waiterLimit(max int, pw *problemWriter) MiddlewareFunc {
 					break
 				}
 			}
-			defer held.Add(-1)
+			// A parked request keeps its slot until it is answered.
+			defer afterAnswer(w, func() { held.Add(-1) })
 			next.ServeHTTP(w, r)
 		})
 	}

@@ -13,6 +13,7 @@ import (
 
 	"github.com/twophase/coordinator/api"
 	"github.com/twophase/coordinator/coordinator"
+	"github.com/twophase/coordinator/internal/httppark"
 	"github.com/twophase/coordinator/metrics"
 )
 
@@ -89,6 +90,9 @@ func serve(ctx context.Context, cfg config, logger *slog.Logger) error {
 		// HTTPS only: a plain HTTP request gets 400 and nothing else.
 		ln, scheme = tls.NewListener(ln, tlsConfig), "https"
 	}
+	// Long-polls parked (api.Options.Park) come back to the server through it.
+	parked := httppark.NewListener(ln)
+	ln = parked
 
 	if cfg.debugListen != "" {
 		stopDebug, err := serveDebug(cfg.debugListen, cfg.readHeaderTimeout, logger)
@@ -120,6 +124,7 @@ func serve(ctx context.Context, cfg config, logger *slog.Logger) error {
 			MaxWaiters:     cfg.maxWaiters,
 			Auth:           auth,
 			Tokens:         tokens,
+			Park:           parked,
 		}),
 		ReadHeaderTimeout: cfg.readHeaderTimeout,
 		// Not shorter than a request may take: when the read deadline passes while a
@@ -156,6 +161,11 @@ func serve(ctx context.Context, cfg config, logger *slog.Logger) error {
 		// Requests still running (long-polls, most likely) are cut: their clients retry.
 		logger.Warn("shutdown timeout passed: closing the remaining connections", "error", err)
 		_ = srv.Close()
+	}
+	// Parked long-polls were told to answer with the rest; their answers are written
+	// with Connection: close.
+	if err := parked.Wait(shutdownCtx); err != nil {
+		logger.Warn("shutdown timeout passed: closing parked long-polls", "error", err)
 	}
 	if err := <-served; err != nil && !errors.Is(err, http.ErrServerClosed) {
 		return fmt.Errorf("serve HTTP: %w", err)

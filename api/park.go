@@ -25,11 +25,12 @@ import (
 // and requests whose client asked to close the connection are not parked.
 
 // DefaultParkAfter is how long an HTTP/1.1 long-poll on pending waits in net/http's hands
-// before it is parked, when Options.Park is set and Options.ParkAfter is 0. Long enough
+// before it is parked, when Options.Park is set and Options.ParkAfter is 0. Parking costs
+// some CPU each time (the connection is taken from net/http and handed back): long enough
 // that the participants of a busy job (answered within a checkpoint interval of a few
-// seconds) are never parked, short enough that an idle fleet is parked nearly all the
-// time.
-const DefaultParkAfter = 5 * time.Second
+// seconds) are never parked, short enough that an idle fleet, whose long-polls wait a
+// minute (the Go Runner's), is parked most of the time.
+const DefaultParkAfter = 10 * time.Second
 
 // parkWriteTimeout bounds the writing of a parked request's answer.
 const parkWriteTimeout = 10 * time.Second

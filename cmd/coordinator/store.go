@@ -84,6 +84,13 @@ func openPostgres(ctx context.Context, cfg config, logger *slog.Logger, observeC
 	if err != nil {
 		return nil, nil, fmt.Errorf("open database: %w", err)
 	}
+	if warnings, err := store.VacuumWarnings(ctx); err != nil {
+		logger.Debug("could not tell whether autovacuum runs", "error", err)
+	} else {
+		for _, w := range warnings {
+			logger.Warn(w)
+		}
+	}
 	return store, describe, nil
 }
 

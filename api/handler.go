@@ -80,7 +80,7 @@ func NewHandler(svc *coordinator.Service, opts Options) http.Handler {
 		if logger == nil {
 			logger = slog.Default()
 		}
-		srv.park = &parking{ln: opts.Park, after: opts.ParkAfter, requestTimeout: opts.RequestTimeout,
+		srv.park = &parking{ln: opts.Park, after: opts.ParkAfter, requestTimeout: opts.RequestTimeout, metrics: opts.Metrics,
 			pw: &problemWriter{logger: logger}}
 		if srv.park.after <= 0 {
 			srv.park.after = DefaultParkAfter

@@ -12,6 +12,7 @@ import (
 	"github.com/go-chi/chi/v5"
 
 	"github.com/twophase/coordinator/internal/httppark"
+	"github.com/twophase/coordinator/metrics"
 )
 
 // Parking. An HTTP/1.1 long-poll on pending that has waited Options.ParkAfter without
@@ -27,10 +28,10 @@ import (
 // DefaultParkAfter is how long an HTTP/1.1 long-poll on pending waits in net/http's hands
 // before it is parked, when Options.Park is set and Options.ParkAfter is 0. Parking costs
 // some CPU each time (the connection is taken from net/http and handed back): long enough
-// that the participants of a busy job (answered within a checkpoint interval of a few
-// seconds) are never parked, short enough that an idle fleet, whose long-polls wait a
-// minute (the Go Runner's), is parked most of the time.
-const DefaultParkAfter = 10 * time.Second
+// that the participants of a job that checkpoints every three seconds or more often are
+// not parked, short enough that an idle fleet, whose long-polls wait a minute (the Go
+// Runner's), is parked nearly all the time, even when all of them ask at once.
+const DefaultParkAfter = 3 * time.Second
 
 // parkWriteTimeout bounds the writing of a parked request's answer.
 const parkWriteTimeout = 10 * time.Second
@@ -38,6 +39,7 @@ const parkWriteTimeout = 10 * time.Second
 // parking is what the server needs to park requests: nil when it does not.
 type parking struct {
 	ln             *httppark.Listener
+	metrics        *metrics.Metrics // nil: not counted
 	after          time.Duration
 	requestTimeout time.Duration
 	pw             *problemWriter
@@ -151,6 +153,9 @@ func (p *parking) park(ctx context.Context, w http.ResponseWriter, wait time.Dur
 		var cancel context.CancelFunc
 		ctx, cancel = context.WithTimeout(ctx, p.requestTimeout+wait)
 		cancels = append(cancels, cancel)
+	}
+	if p.metrics != nil {
+		p.metrics.Parked()
 	}
 	aw.parked = &parkedRequest{
 		p:       p,

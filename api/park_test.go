@@ -228,6 +228,9 @@ func TestParkedPendingEndsAtItsWait(t *testing.T) {
 	if !strings.Contains(string(metricsAnswer.body), want) {
 		t.Fatalf("metrics after a parked answer lack %s", want)
 	}
+	if want := "coordinator_http_parked_requests_total 1"; !strings.Contains(string(metricsAnswer.body), want) {
+		t.Fatalf("metrics after a parked answer lack %s", want)
+	}
 	if !metricsAnswer.reused || metricsAnswer.local != a.local {
 		t.Fatalf("the request after a parked timeout went on a new connection")
 	}

@@ -54,6 +54,7 @@ type Metrics struct {
 	httpDuration  *prometheus.HistogramVec
 	storeCommit   prometheus.Histogram
 	retention     prometheus.Counter
+	parked        prometheus.Counter
 }
 
 var _ coordinator.Observer = (*Metrics)(nil)
@@ -111,6 +112,10 @@ func New(opts Options) *Metrics {
 		Name: "coordinator_store_commit_seconds", Help: "Store commits (a group commit is one), from its first statement to its commit.",
 		Buckets: commitBuckets,
 	})
+	m.parked = prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "coordinator_http_parked_requests_total",
+		Help: "HTTP/1.1 long-polls this process parked (--park-after): set aside from the HTTP server until they answered.",
+	})
 	m.retention = prometheus.NewCounter(prometheus.CounterOpts{
 		Name: "coordinator_retention_deleted_checkpoints_total", Help: "Checkpoints this process deleted by retention.",
 	})
@@ -120,7 +125,7 @@ func New(opts Options) *Metrics {
 	})
 	build.Set(1)
 	m.registry.MustRegister(m.opened, m.decided, m.votes, m.acks, m.registrations, m.decision, m.completion,
-		m.httpRequests, m.httpDuration, m.storeCommit, m.retention, build,
+		m.httpRequests, m.httpDuration, m.storeCommit, m.retention, m.parked, build,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	if opts.Stats != nil {
 		age := opts.StatsMaxAge
@@ -190,6 +195,9 @@ func (m *Metrics) StoreCommit(d time.Duration) { m.storeCommit.Observe(d.Seconds
 
 // RetentionDeleted counts checkpoints deleted by retention.
 func (m *Metrics) RetentionDeleted(n int) { m.retention.Add(float64(n)) }
+
+// Parked counts a long-poll set aside from the HTTP server (api.Options.Park).
+func (m *Metrics) Parked() { m.parked.Inc() }
 
 // Request observes one HTTP request: its route template ("" for no route), method and
 // status.

@@ -11,6 +11,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/twophase/coordinator/api"
 	"github.com/twophase/coordinator/coordinator"
 	"github.com/twophase/coordinator/internal/cli"
 )
@@ -51,6 +52,7 @@ type config struct {
 	readHeaderTimeout time.Duration
 	maxHeaderBytes    int
 	maxWaiters        int
+	parkAfter         time.Duration
 	http2             bool
 	allowedOrigins    string // comma-separated
 	allowedHosts      string // comma-separated
@@ -150,6 +152,10 @@ func define(command string, cfg *config) *cli.Settings {
 		fs.IntVar(&cfg.maxWaiters, "max-waiters", defaultMaxWaiters,
 			"how many long-polls (`number`) may be held at once; past it they get 503 unavailable with Retry-After (0: no bound)")
 		s.Twin("max-waiters", "COORDINATOR_MAX_WAITERS")
+		fs.DurationVar(&cfg.parkAfter, "park-after", api.DefaultParkAfter,
+			"an HTTP/1.1 long-poll on pending that has waited this `duration` is parked: its connection set aside "+
+				"with only the wait's state until it answers, then handed back (0: never parked)")
+		s.Twin("park-after", "COORDINATOR_PARK_AFTER")
 		fs.BoolVar(&cfg.http2, "http2", true,
 			"serve HTTP/2 besides HTTP/1.1: negotiated over TLS, with prior knowledge (h2c) over plain HTTP. "+
 				"Many requests (a fleet's long-polls) then share a few connections; false: HTTP/1.1 only")
@@ -261,6 +267,9 @@ func (cfg *config) validate(command string) error {
 	}
 	if cfg.requestTimeout <= 0 {
 		bad("--request-timeout must be positive, not %s", cfg.requestTimeout)
+	}
+	if cfg.parkAfter < 0 {
+		bad("--park-after must be 0 (never park) or positive, not %s", cfg.parkAfter)
 	}
 	if cfg.shutdownTimeout <= 0 {
 		bad("--shutdown-timeout must be positive, not %s", cfg.shutdownTimeout)

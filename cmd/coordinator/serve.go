@@ -124,7 +124,8 @@ func serve(ctx context.Context, cfg config, logger *slog.Logger) error {
 			MaxWaiters:     cfg.maxWaiters,
 			Auth:           auth,
 			Tokens:         tokens,
-			Park:           parked,
+			Park:           parkListener(parked, cfg.parkAfter),
+			ParkAfter:      cfg.parkAfter,
 		}),
 		ReadHeaderTimeout: cfg.readHeaderTimeout,
 		// Not shorter than a request may take: when the read deadline passes while a
@@ -172,6 +173,14 @@ func serve(ctx context.Context, cfg config, logger *slog.Logger) error {
 	}
 	logger.Info("stopped accepting requests")
 	return nil
+}
+
+// parkListener is what api.Options.Park gets: nil, parking nothing, when --park-after is 0.
+func parkListener(l *httppark.Listener, after time.Duration) *httppark.Listener {
+	if after <= 0 {
+		return nil
+	}
+	return l
 }
 
 // longestRequest is the longest a request may take before the handler answers 503: its

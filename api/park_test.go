@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"crypto/tls"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -416,5 +417,65 @@ func TestParkedPendingWithPipelinedRequest(t *testing.T) {
 	body, _ := io.ReadAll(resp.Body)
 	if resp.StatusCode != 200 || !resp.Close || !bytes.Contains(body, []byte(`"items":[]`)) {
 		t.Fatalf("the parked answer with a request behind it: %d close=%v %s", resp.StatusCode, resp.Close, body)
+	}
+}
+
+// Over TLS the parked connection is the TLS one: the answer is encrypted as any other,
+// and the connection handed back serves the next request.
+func TestParkedPendingOverTLS(t *testing.T) {
+	t.Parallel()
+	store := testStore(t)
+	svc := coordinator.NewService(store, nil)
+	ctx := context.Background()
+	if _, _, err := svc.PutJob(ctx, "j", coordinator.JobConfig{Participants: []string{"a"},
+		CheckpointTimeout: time.Minute, MaxConcurrentCheckpoints: 1, AutoCommit: true}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := svc.Register(ctx, "j", "a"); err != nil {
+		t.Fatal(err)
+	}
+	// httptest's certificate and a client that trusts it; the server is this test's own,
+	// with the parking listener above TLS, as the coordinator serves.
+	certs := httptest.NewUnstartedServer(nil)
+	certs.StartTLS()
+	defer certs.Close()
+	tcp, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ln := httppark.NewListener(tls.NewListener(tcp, certs.TLS.Clone()))
+	var hijacked atomic.Int64
+	srv := &http.Server{
+		Handler: NewHandler(svc, Options{Park: ln, ParkAfter: 100 * time.Millisecond, Logger: slog.New(slog.DiscardHandler)}),
+		ConnState: func(_ net.Conn, state http.ConnState) {
+			if state == http.StateHijacked {
+				hijacked.Add(1)
+			}
+		},
+	}
+	go func() { _ = srv.Serve(ln) }()
+	defer srv.Close()
+	s := &parkServer{url: "https://" + tcp.Addr().String()}
+	client := certs.Client()
+	client.Transport.(*http.Transport).MaxConnsPerHost = 1
+
+	ch := s.get(t, client, "/v1/jobs/j/participants/a/pending?wait_ms=20000")
+	time.Sleep(400 * time.Millisecond)
+	if n := hijacked.Load(); n != 1 {
+		t.Fatalf("%d connections hijacked, want 1", n)
+	}
+	if _, _, err := svc.Prepare(ctx, "j", coordinator.PrepareRequest{}); err != nil {
+		t.Fatal(err)
+	}
+	a := within(t, "a parked long-poll over TLS", ch, 5*time.Second)
+	if p := a.pending(t); len(p.Items) != 1 || p.Items[0].Checkpoint != 1 {
+		t.Fatalf("over TLS: %+v", p)
+	}
+	b := within(t, "the next request over TLS", s.get(t, client, "/v1/jobs/j/participants/a/pending"), 5*time.Second)
+	if !b.reused || b.local != a.local {
+		t.Fatalf("the next request went on %s (reused %v), the parked one on %s", b.local, b.reused, a.local)
+	}
+	if p := b.pending(t); len(p.Items) != 1 {
+		t.Fatalf("over TLS, the next request: %+v", p)
 	}
 }

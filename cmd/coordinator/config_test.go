@@ -51,6 +51,7 @@ func TestDefaults(t *testing.T) {
 		readHeaderTimeout: 10 * time.Second,
 		maxHeaderBytes:    64 << 10,
 		maxWaiters:        10000,
+		parkAfter:         3 * time.Second,
 		http2:             true,
 	}
 	if cfg != want {
@@ -138,6 +139,7 @@ func TestInvalidSettings(t *testing.T) {
 		{"log format", []string{"--log-format", "xml"}, nil, "--log-format"},
 		{"not a postgres URL", []string{"--database-url", "mysql://root@db/x"}, nil, "postgres://"},
 		{"negative request timeout", []string{"--request-timeout=-1s"}, nil, "--request-timeout"},
+		{"negative park after", []string{"--park-after=-1s"}, nil, "--park-after"},
 		{"negative database wait", []string{"--database-wait=-1s"}, nil, "--database-wait"},
 		{"database wait not a duration", nil, []string{"COORDINATOR_DATABASE_WAIT=30"}, "COORDINATOR_DATABASE_WAIT"},
 	}

@@ -166,7 +166,7 @@ func serve(ctx context.Context, cfg config, logger *slog.Logger) error {
 	// Parked long-polls were told to answer with the rest; their answers are written
 	// with Connection: close.
 	if err := parked.Wait(shutdownCtx); err != nil {
-		logger.Warn("shutdown timeout passed: closing parked long-polls", "error", err)
+		logger.Warn("shutdown timeout passed with long-polls still parked: their connections close as the process exits", "error", err)
 	}
 	if err := <-served; err != nil && !errors.Is(err, http.ErrServerClosed) {
 		return fmt.Errorf("serve HTTP: %w", err)

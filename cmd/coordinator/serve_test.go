@@ -50,11 +50,11 @@ func (b *logBuffer) lines(t *testing.T) []map[string]any {
 // started runs the coordinator with store args in the background on a free port of
 // 127.0.0.1 and returns its base URL, its log and the channel its exit status arrives on.
 // Cancelling ctx is what SIGTERM does in main.
-func started(t *testing.T, ctx context.Context, store, storeArg string) (string, *logBuffer, <-chan int) {
+func started(t *testing.T, ctx context.Context, store, storeArg string, extra ...string) (string, *logBuffer, <-chan int) {
 	t.Helper()
 	logs := &logBuffer{}
 	exit := make(chan int, 1)
-	args := []string{"--listen", "127.0.0.1:0", storeArg, "--log-format", "json", "--sweep-interval", "1s", "--shutdown-timeout", "1s"}
+	args := append([]string{"--listen", "127.0.0.1:0", storeArg, "--log-format", "json", "--sweep-interval", "1s", "--shutdown-timeout", "1s"}, extra...)
 	go func() { exit <- run(ctx, args, nil, io.Discard, logs) }()
 	deadline := time.Now().Add(30 * time.Second)
 	for time.Now().Before(deadline) {
@@ -218,6 +218,64 @@ func send(t *testing.T, method, url, body string, status int) {
 	got, _ := io.ReadAll(resp.Body)
 	if resp.StatusCode != status {
 		t.Fatalf("%s %s: %d %s, want %d", method, url, resp.StatusCode, got, status)
+	}
+}
+
+// A long-poll on pending parked by the coordinator (--park-after) is answered at shutdown,
+// which it does not hold up.
+func TestServeAnswersParkedLongPollsAtShutdown(t *testing.T) {
+	t.Parallel()
+	serveCtx, stop := context.WithCancel(context.Background())
+	defer stop()
+	base, logs, exit := started(t, serveCtx, "postgres", "--database-url="+pgtest.URL(t), "--park-after", "100ms")
+	send(t, http.MethodPut, base+"/v1/jobs/orders", `{"participants":["sink-a"]}`, http.StatusCreated)
+	send(t, http.MethodPost, base+"/v1/jobs/orders/participants/sink-a/register", "", http.StatusOK)
+	answered := make(chan string, 1)
+	go func() {
+		resp, err := http.Get(base + "/v1/jobs/orders/participants/sink-a/pending?wait_ms=60000")
+		if err != nil {
+			answered <- "no answer: " + err.Error()
+			return
+		}
+		defer resp.Body.Close()
+		body, _ := io.ReadAll(resp.Body)
+		answered <- fmt.Sprintf("%d %s", resp.StatusCode, body)
+	}()
+	time.Sleep(500 * time.Millisecond)
+	resp, err := http.Get(base + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	metrics, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if !strings.Contains(string(metrics), "coordinator_http_parked_requests_total 1") {
+		t.Fatalf("the long-poll was not parked: %s", metrics)
+	}
+	stopped := time.Now()
+	stop()
+	select {
+	case got := <-answered:
+		if !strings.HasPrefix(got, "200 ") || !strings.Contains(got, `"items":[]`) {
+			t.Errorf("the parked long-poll at shutdown got %s, want 200 with nothing owed", got)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("the parked long-poll was not answered at shutdown")
+	}
+	select {
+	case code := <-exit:
+		if code != exitOK {
+			t.Errorf("exit status %d after shutdown, want 0; log:\n%s", code, logs.buf.String())
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("coordinator did not exit within 30s of shutdown")
+	}
+	if took := time.Since(stopped); took > 5*time.Second {
+		t.Errorf("shutdown took %s", took)
+	}
+	for _, line := range logs.lines(t) {
+		if msg, _ := line["msg"].(string); strings.HasPrefix(msg, "shutdown timeout passed") {
+			t.Errorf("a parked long-poll held the shutdown; log:\n%s", logs.buf.String())
+		}
 	}
 }
 

@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"runtime/debug"
 	"slices"
+	"sync"
 	"time"
 
 	"github.com/go-chi/chi/v5"
@@ -43,6 +44,47 @@ type parking struct {
 	after          time.Duration
 	requestTimeout time.Duration
 	pw             *problemWriter
+	idle           idleParticipants
+}
+
+// idleParticipants are the participants whose last parked long-poll ended at its wait_ms
+// with nothing owed: their next long-poll is parked at once, instead of holding net/http's
+// goroutines and buffers for the time after which others are parked. A fleet at rest,
+// whose long-polls all end and are asked again at about the same moment, otherwise holds
+// all of them unparked at once for that time. A participant leaves the set when it is
+// answered something owed. The set is bounded: past maxIdleParticipants, participants
+// are parked after the usual time.
+type idleParticipants struct {
+	mu sync.Mutex
+	m  map[string]struct{}
+}
+
+const maxIdleParticipants = 1 << 17
+
+func idleKey(job, participant string) string { return job + "\x00" + participant }
+
+func (s *idleParticipants) has(job, participant string) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	_, ok := s.m[idleKey(job, participant)]
+	return ok
+}
+
+func (s *idleParticipants) note(job, participant string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.m == nil {
+		s.m = map[string]struct{}{}
+	}
+	if len(s.m) < maxIdleParticipants {
+		s.m[idleKey(job, participant)] = struct{}{}
+	}
+}
+
+func (s *idleParticipants) forget(job, participant string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	delete(s.m, idleKey(job, participant))
 }
 
 // answerWriter is the http.ResponseWriter the access log gives the rest of the chain: it
@@ -189,11 +231,14 @@ func (pr *parkedRequest) finish(logged func(ctx context.Context, status, bytes i
 		logged(pr.req.Context(), http.StatusInternalServerError, 0)
 		return
 	}
-	last := !pr.clean || pr.p.ln.Closed()
-	err := res.WriteTo(pr.conn, last, time.Now().Add(parkWriteTimeout))
+	// What waited for the answer (the waiter slot) is released before it is written, as
+	// for a request served in the handler: a client that asks again as soon as it reads
+	// the answer finds its slot free.
 	for _, fn := range pr.after {
 		fn()
 	}
+	last := !pr.clean || pr.p.ln.Closed()
+	err := res.WriteTo(pr.conn, last, time.Now().Add(parkWriteTimeout))
 	status := res.Status()
 	if status == 0 {
 		status = http.StatusOK
@@ -263,6 +308,12 @@ func (p pendingWait) wait(ctx context.Context) (jsonResponse, error) {
 	got, err := p.s.svc.Pending(ctx, p.job, p.participant, max(time.Until(p.until), 0), p.epoch)
 	if err != nil {
 		return jsonResponse{}, err
+	}
+	switch {
+	case len(got.Items) > 0:
+		p.s.park.idle.forget(p.job, p.participant)
+	case !time.Now().Before(p.until):
+		p.s.park.idle.note(p.job, p.participant)
 	}
 	return ok(Pending{Job: got.Job, Participant: got.Participant, Epoch: got.Epoch, Items: pendingItems(got.Items)}), nil
 }

@@ -66,7 +66,10 @@ func newParkServerOn(t *testing.T, store coordinator.Store, opts Options, config
 			s.hijacked.Add(1)
 		}
 	}
-	opts.Park, opts.ParkAfter = s.ln, 100*time.Millisecond
+	opts.Park = s.ln
+	if opts.ParkAfter == 0 {
+		opts.ParkAfter = 100 * time.Millisecond
+	}
 	opts.Logger = slog.New(slog.NewTextHandler(s, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	opts.RequestTimeout = time.Minute
 	s.ts.Config.Handler = NewHandler(s.svc, opts)
@@ -477,5 +480,57 @@ func TestParkedPendingOverTLS(t *testing.T) {
 	}
 	if p := b.pending(t); len(p.Items) != 1 {
 		t.Fatalf("over TLS, the next request: %+v", p)
+	}
+}
+
+// A participant whose parked long-poll ended at its wait_ms with nothing owed is idle: its
+// next long-poll is parked at once. Once it is answered something owed, it waits the usual
+// time again before it is parked.
+func TestIdleParticipantParkedAtOnce(t *testing.T) {
+	t.Parallel()
+	s := newParkServer(t, Options{ParkAfter: 600 * time.Millisecond})
+	client := oneConnection(t)
+	ctx := context.Background()
+	hijackedAfter := func(d time.Duration) int64 {
+		time.Sleep(d)
+		return s.hijacked.Load()
+	}
+
+	first := s.get(t, client, "/v1/jobs/j/participants/a/pending?wait_ms=1000")
+	if n := hijackedAfter(300 * time.Millisecond); n != 0 {
+		t.Fatalf("%d parked 300 ms into the first long-poll, want none before 600 ms", n)
+	}
+	within(t, "the first long-poll", first, 5*time.Second).pending(t)
+	if n := s.hijacked.Load(); n != 1 {
+		t.Fatalf("%d parked after the first long-poll, want 1", n)
+	}
+	second := s.get(t, client, "/v1/jobs/j/participants/a/pending?wait_ms=5000")
+	if n := hijackedAfter(300 * time.Millisecond); n != 2 {
+		t.Fatalf("%d parked 300 ms into an idle participant's long-poll, want 2: not parked at once", n)
+	}
+	cp, _, err := s.svc.Prepare(ctx, "j", coordinator.PrepareRequest{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if p := within(t, "the second long-poll", second, 5*time.Second).pending(t); len(p.Items) != 1 {
+		t.Fatalf("the second long-poll: %+v", p)
+	}
+	for _, p := range []string{"a", "b"} {
+		if _, err := s.svc.Vote(ctx, "j", cp.ID, p, coordinator.Vote{Epoch: 1, Kind: coordinator.VotePrepared}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, p := range []string{"a", "b"} {
+		if _, err := s.svc.Ack(ctx, "j", cp.ID, p, 1); err != nil {
+			t.Fatal(err)
+		}
+	}
+	third := s.get(t, client, "/v1/jobs/j/participants/a/pending?wait_ms=1500")
+	if n := hijackedAfter(300 * time.Millisecond); n != 2 {
+		t.Fatalf("%d parked 300 ms into the long-poll after work, want 2: a participant answered something owed is not idle", n)
+	}
+	within(t, "the third long-poll", third, 5*time.Second).pending(t)
+	if n := s.hijacked.Load(); n != 3 {
+		t.Fatalf("%d parked after the third long-poll, want 3", n)
 	}
 }

@@ -123,18 +123,27 @@ func (s *server) GetPending(ctx context.Context, req GetPendingRequestObject) (G
 	}
 	total := milliseconds(wait)
 	if s.park != nil && total > s.park.after {
-		// Wait here for a while; past it, a wait that goes on may be parked (park.go).
+		// Wait here for a while; past it, a wait that goes on may be parked (park.go). A
+		// participant whose last parked wait ended with nothing owed is idle: it is
+		// parked at once.
+		first := s.park.after
+		if s.park.idle.has(req.Job, req.Participant) {
+			first = time.Millisecond
+		}
 		start := time.Now()
-		p, err := s.svc.Pending(ctx, req.Job, req.Participant, s.park.after, epoch)
+		p, err := s.svc.Pending(ctx, req.Job, req.Participant, first, epoch)
 		if err != nil {
 			return nil, err
 		}
 		// An answer before the time was up is the answer (something owed, a new epoch,
 		// the coordinator shutting down); one at the time found nothing, and the wait
 		// goes on, at the epoch it knew.
-		if len(p.Items) == 0 && (epoch == 0 || p.Epoch == epoch) && time.Since(start) >= s.park.after {
+		if len(p.Items) == 0 && (epoch == 0 || p.Epoch == epoch) && time.Since(start) >= first {
 			return pendingWait{s: s, ctx: ctx, job: req.Job, participant: req.Participant,
 				epoch: p.Epoch, until: start.Add(total)}, nil
+		}
+		if len(p.Items) > 0 {
+			s.park.idle.forget(req.Job, req.Participant)
 		}
 		return ok(Pending{Job: p.Job, Participant: p.Participant, Epoch: p.Epoch, Items: pendingItems(p.Items)}), nil
 	}

@@ -9,6 +9,8 @@ import (
 	"net/http"
 	"net/url"
 	"os"
+	"os/exec"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"testing"
@@ -389,3 +391,33 @@ func eventually(t testing.TB, timeout time.Duration, fn func() error) {
 }
 
 func ptr[T any](v T) *T { return &v }
+
+// runPython runs source, a Python 3 script, with input as JSON on its standard input, and
+// returns what it printed and, for messages, its standard error; it fails the test if
+// python3 is missing or the script exits with an error.
+func runPython(t *testing.T, name, source string, input any) (stdout []byte, stderr string) {
+	t.Helper()
+	python, err := exec.LookPath("python3")
+	if err != nil {
+		t.Fatalf("python3 is required: %v", err)
+	}
+	in, err := json.Marshal(input)
+	if err != nil {
+		t.Fatal(err)
+	}
+	script := filepath.Join(t.TempDir(), name)
+	if err := os.WriteFile(script, []byte(source), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(python, script)
+	cmd.Stdin = bytes.NewReader(in)
+	var errBuf bytes.Buffer
+	cmd.Stderr = &errBuf
+	started := time.Now()
+	out, err := cmd.Output()
+	if err != nil {
+		t.Fatalf("python3 %s: %v\nstderr:\n%s\nstdout:\n%s", script, err, errBuf.String(), out)
+	}
+	t.Logf("the Python client ran for %s", time.Since(started).Round(time.Millisecond))
+	return out, errBuf.String()
+}

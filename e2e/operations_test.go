@@ -1,14 +1,9 @@
 package e2e_test
 
 import (
-	"bytes"
 	"encoding/json"
-	"os"
-	"os/exec"
-	"path/filepath"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/twophase/coordinator/e2e/harness"
 	"github.com/twophase/coordinator/store/pgtest"
@@ -29,10 +24,6 @@ import (
 func TestOperations(t *testing.T) {
 	t.Parallel()
 	dbURL := pgtest.URL(t) // first: under -short it skips the test
-	python, err := exec.LookPath("python3")
-	if err != nil {
-		t.Fatalf("python3 is required: %v", err)
-	}
 	adminFile, _ := harness.AdminTokenFile(t)
 	a := harness.StartCoordinator(t, dbURL, "--admin-token-file", adminFile)
 	b := harness.StartCoordinator(t, dbURL, "--admin-token-file", adminFile)
@@ -52,24 +43,8 @@ func TestOperations(t *testing.T) {
 	for i, s := range specs {
 		tokens[s.Name] = secrets[i]
 	}
-	input, err := json.Marshal(map[string]any{"coordinators": []string{a.BaseURL, b.BaseURL}, "tokens": tokens})
-	if err != nil {
-		t.Fatal(err)
-	}
-	script := filepath.Join(t.TempDir(), "operations_client.py")
-	if err := os.WriteFile(script, []byte(operationsScript), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	cmd := exec.Command(python, script)
-	cmd.Stdin = bytes.NewReader(input)
-	var stderr bytes.Buffer
-	cmd.Stderr = &stderr
-	started := time.Now()
-	out, err := cmd.Output()
-	if err != nil {
-		t.Fatalf("python3 %s: %v\nstderr:\n%s\nstdout:\n%s", script, err, stderr.String(), out)
-	}
-	t.Logf("the Python client ran for %s", time.Since(started).Round(time.Millisecond))
+	out, stderr := runPython(t, "operations_client.py", operationsScript,
+		map[string]any{"coordinators": []string{a.BaseURL, b.BaseURL}, "tokens": tokens})
 
 	var report struct {
 		Checks []struct {
@@ -83,7 +58,7 @@ func TestOperations(t *testing.T) {
 		Error string   `json:"error"`
 	}
 	if err := json.Unmarshal(out, &report); err != nil {
-		t.Fatalf("the Python client's report is not JSON (%v):\n%s\nstderr:\n%s", err, out, stderr.String())
+		t.Fatalf("the Python client's report is not JSON (%v):\n%s\nstderr:\n%s", err, out, stderr)
 	}
 	for _, n := range report.Notes {
 		t.Logf("note: %s", n)

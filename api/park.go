@@ -315,7 +315,7 @@ func (p pendingWait) wait(ctx context.Context) (jsonResponse, error) {
 	case !time.Now().Before(p.until):
 		p.s.park.idle.note(p.job, p.participant)
 	}
-	return ok(Pending{Job: got.Job, Participant: got.Participant, Epoch: got.Epoch, Items: pendingItems(got.Items)}), nil
+	return pendingAnswer(got), nil
 }
 
 // answer is the parked request's answer.

@@ -145,13 +145,18 @@ func (s *server) GetPending(ctx context.Context, req GetPendingRequestObject) (G
 		if len(p.Items) > 0 {
 			s.park.idle.forget(req.Job, req.Participant)
 		}
-		return ok(Pending{Job: p.Job, Participant: p.Participant, Epoch: p.Epoch, Items: pendingItems(p.Items)}), nil
+		return pendingAnswer(p), nil
 	}
 	p, err := s.svc.Pending(ctx, req.Job, req.Participant, total, epoch)
 	if err != nil {
 		return nil, err
 	}
-	return ok(Pending{Job: p.Job, Participant: p.Participant, Epoch: p.Epoch, Items: pendingItems(p.Items)}), nil
+	return pendingAnswer(p), nil
+}
+
+// pendingAnswer is the answer of GET pending.
+func pendingAnswer(p *coordinator.Pending) jsonResponse {
+	return ok(Pending{Job: p.Job, Participant: p.Participant, Epoch: p.Epoch, Items: pendingItems(p.Items)})
 }
 
 func (s *server) PrepareCheckpoint(ctx context.Context, req PrepareCheckpointRequestObject) (PrepareCheckpointResponseObject, error) {

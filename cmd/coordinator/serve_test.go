@@ -149,24 +149,9 @@ func TestServeSweepsBeforeListeningAndShutsDownCleanly(t *testing.T) {
 	time.Sleep(200 * time.Millisecond)
 	stopped := time.Now()
 	stop()
-	select {
-	case code := <-exit:
-		if code != exitOK {
-			t.Errorf("exit status %d after shutdown, want 0; log:\n%s", code, logs.buf.String())
-		}
-	case <-time.After(30 * time.Second):
-		t.Fatal("coordinator did not exit within 30s of shutdown")
-	}
-	if took := time.Since(stopped); took > 10*time.Second {
-		t.Errorf("shutdown took %s with a 1s shutdown timeout", took)
-	}
+	exitedCleanly(t, exit, logs, stopped, 10*time.Second)
 	if got := <-answered; got != "200 preparing" {
 		t.Errorf("the long-poll waiting at shutdown got %s, want 200 with the checkpoint preparing", got)
-	}
-	for _, line := range logs.lines(t) {
-		if msg, _ := line["msg"].(string); strings.HasPrefix(msg, "shutdown timeout passed") {
-			t.Errorf("the shutdown timeout cut requests short: a long-poll held the shutdown; log:\n%s", logs.buf.String())
-		}
 	}
 	if _, err := http.Get(base + "/healthz"); err == nil {
 		t.Errorf("coordinator still accepts requests after shutdown")
@@ -261,6 +246,14 @@ func TestServeAnswersParkedLongPollsAtShutdown(t *testing.T) {
 	case <-time.After(10 * time.Second):
 		t.Fatal("the parked long-poll was not answered at shutdown")
 	}
+	exitedCleanly(t, exit, logs, stopped, 5*time.Second)
+}
+
+// exitedCleanly waits for a coordinator stopped at stopped to exit, and fails the test
+// unless it exited 0 within limit, without its shutdown timeout cutting requests short (a
+// long-poll holding the shutdown).
+func exitedCleanly(t *testing.T, exit <-chan int, logs *logBuffer, stopped time.Time, limit time.Duration) {
+	t.Helper()
 	select {
 	case code := <-exit:
 		if code != exitOK {
@@ -269,12 +262,12 @@ func TestServeAnswersParkedLongPollsAtShutdown(t *testing.T) {
 	case <-time.After(30 * time.Second):
 		t.Fatal("coordinator did not exit within 30s of shutdown")
 	}
-	if took := time.Since(stopped); took > 5*time.Second {
-		t.Errorf("shutdown took %s", took)
+	if took := time.Since(stopped); took > limit {
+		t.Errorf("shutdown took %s with a 1s shutdown timeout", took)
 	}
 	for _, line := range logs.lines(t) {
 		if msg, _ := line["msg"].(string); strings.HasPrefix(msg, "shutdown timeout passed") {
-			t.Errorf("a parked long-poll held the shutdown; log:\n%s", logs.buf.String())
+			t.Errorf("the shutdown timeout cut requests short: a long-poll held the shutdown; log:\n%s", logs.buf.String())
 		}
 	}
 }

@@ -241,10 +241,7 @@ func accessLog(logger *slog.Logger, m *metrics.Metrics) func(http.Handler) http.
 		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 			start := time.Now()
 			aw := &answerWriter{ResponseWriter: w, req: r}
-			next.ServeHTTP(aw, r)
-			// The route template, never the path: no label takes a name or an id. Read
-			// now: chi reuses the route context once this request returns.
-			route := routePattern(r)
+			var route string
 			logged := func(ctx context.Context, status, bytes int) {
 				if m != nil {
 					m.Request(route, r.Method, status, time.Since(start))
@@ -279,15 +276,23 @@ func accessLog(logger *slog.Logger, m *metrics.Metrics) func(http.Handler) http.
 				}
 				logger.LogAttrs(ctx, level, "request", attrs...)
 			}
-			if aw.parked != nil {
-				go aw.parked.finish(logged)
-				return
-			}
-			status := aw.status
-			if status == 0 {
-				status = http.StatusOK
-			}
-			logged(r.Context(), status, aw.bytes)
+			// Deferred, so that a request aborted by a panic (http.ErrAbortHandler, passed
+			// on by recoverer) is logged too.
+			defer func() {
+				// The route template, never the path: no label takes a name or an id.
+				// Read now: chi reuses the route context once this request returns.
+				route = routePattern(r)
+				if aw.parked != nil {
+					go aw.parked.finish(logged)
+					return
+				}
+				status := aw.status
+				if status == 0 {
+					status = http.StatusOK
+				}
+				logged(r.Context(), status, aw.bytes)
+			}()
+			next.ServeHTTP(aw, r)
 		})
 	}
 }

@@ -262,3 +262,25 @@ func TestUnavailableOfAGoneClientIsNotAWarning(t *testing.T) {
 		}
 	}
 }
+
+// A request aborted by a panic (http.ErrAbortHandler, which recoverer passes on so that
+// the server drops the connection) still gets its access log line.
+func TestAccessLogOfAnAbortedRequest(t *testing.T) {
+	t.Parallel()
+	var logs bytes.Buffer
+	logger := slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	h := accessLog(logger, nil)(recoverer(&problemWriter{logger: logger})(http.HandlerFunc(func(http.ResponseWriter, *http.Request) {
+		panic(http.ErrAbortHandler)
+	})))
+	func() {
+		defer func() {
+			if v := recover(); v != http.ErrAbortHandler {
+				t.Errorf("panic %v passed on, want http.ErrAbortHandler", v)
+			}
+		}()
+		h.ServeHTTP(httptest.NewRecorder(), httptest.NewRequest(http.MethodPost, "/v1/jobs/j/checkpoints", nil))
+	}()
+	if !strings.Contains(logs.String(), "msg=request method=POST path=/v1/jobs/j/checkpoints") {
+		t.Fatalf("no access log line for the aborted request: %q", logs.String())
+	}
+}

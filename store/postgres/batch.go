@@ -436,6 +436,9 @@ func (b *batch) takeJoiners() bool {
 // finish commits, then caches what each job's last update left, tells this process's
 // waiters of the decisions and answers every update.
 func (b *batch) finish(began time.Time) error {
+	if b.queue.notifies {
+		b.queue.add("wait for the notification lock", commitLockWaitSQL)
+	}
 	b.queue.add("commit", "COMMIT")
 	if err := b.queue.flush(b.ctx, b.conn); err != nil {
 		// The decisions may have committed: their waiters read to find out, not from the

@@ -96,6 +96,9 @@ type writeQueue struct {
 	batch pgx.Batch
 	what  []string
 	scans []func(pgx.Row) error // per statement: reads its one row, or nil to check it ran
+	// notifies is set once a statement that notifies other processes (pg_notify) has been
+	// queued in the transaction: its COMMIT then waits for PostgreSQL's notification lock.
+	notifies bool
 }
 
 func (q *writeQueue) add(what, sql string, args ...any) {
@@ -641,6 +644,7 @@ func (t *jobTx) Apply(ctx context.Context, m *coordinator.Mutation) error {
 		// Participants waiting on pending, here and in other processes, read again; other
 		// processes drop what they cached of the job.
 		t.announced = true
+		t.queue.notifies = true
 		t.queue.add("announce the job", announceSQL, t.origin+" "+coordinator.BrokerKey(t.job.Name, coordinator.AnyCheckpoint))
 	}
 	for _, v := range m.Votes {
@@ -726,6 +730,7 @@ func (t *jobTx) queueStatus(cp *coordinator.Checkpoint) {
 	} else {
 		t.queue.add(what, saveStatusSQL, args...)
 	}
+	t.queue.notifies = true
 	t.lastWrite = nil
 	t.decided = append(t.decided, cp.Clone())
 }

@@ -328,6 +328,15 @@ func buildSaveStatusWithSQL(write string, n int) string {
 
 // PostgreSQL store only
 
+// commitLockWaitSQL goes just before the COMMIT of a transaction that notifies (DESIGN.md,
+// invariant 12): that COMMIT takes PostgreSQL's notification lock, which every notifying
+// commit on the server takes in turn for the time of its commit (its WAL flush, a
+// synchronous standby's answer). Waiting for it is waiting for the commits ahead of this
+// one; failing after lock_timeout would run the batch again behind the same commits, with
+// its jobs no longer cached. So the COMMIT waits as long as the batch may (batchTimeout).
+// It changes nothing for the statements before it, which took their row locks already.
+const commitLockWaitSQL = "SET LOCAL lock_timeout = 0"
+
 // announceSQL announces to other processes that job changed (payload $1, "origin job/0"):
 // a checkpoint opened or a participant registered, for the participants waiting on pending.
 const announceSQL = "SELECT pg_notify('" + channel + "', $1)"

@@ -122,52 +122,39 @@ func bearerToken(header string) (token string, ok bool) {
 	return token, true
 }
 
-// authenticate tells the principal of every request but the public probes from its
-// Authorization header, and refuses it 401 without a valid token. A nil auth (no admin
-// token configured) turns authentication off. The request's context carries the principal
-// and, for the rules, its name (coordinator.WithActor); a long-poll's context is
-// cancelled when its token is revoked.
-func authenticate(auth *coordinator.Authenticator, pw *problemWriter) func(http.Handler) http.Handler {
-	return func(next http.Handler) http.Handler {
-		if auth == nil {
-			return next
+// authenticate tells the principal of a request that is not a public probe from its
+// Authorization header, and returns r with it in its context, and, for the rules, its name
+// (coordinator.WithActor); or the 401 to answer without a valid token, with its
+// WWW-Authenticate header set on w. A long-poll's context is cancelled when its token is
+// revoked, until done is called (nil for other requests).
+func authenticate(auth *coordinator.Authenticator, w http.ResponseWriter, r *http.Request) (_ *http.Request, done func(), _ error) {
+	header := r.Header.Get("Authorization")
+	token, ok := bearerToken(header)
+	if !ok {
+		w.Header().Set("WWW-Authenticate", `Bearer realm="coordinator"`)
+		detail := "this coordinator needs a token: send Authorization: Bearer <token>"
+		if header != "" {
+			detail = "the Authorization header is not Bearer <token>"
 		}
-		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-			if publicPaths[r.URL.Path] {
-				next.ServeHTTP(w, r)
-				return
-			}
-			header := r.Header.Get("Authorization")
-			token, ok := bearerToken(header)
-			if !ok {
-				w.Header().Set("WWW-Authenticate", `Bearer realm="coordinator"`)
-				detail := "this coordinator needs a token: send Authorization: Bearer <token>"
-				if header != "" {
-					detail = "the Authorization header is not Bearer <token>"
-				}
-				pw.write(w, r, unauthenticatedError(detail))
-				return
-			}
-			p, err := auth.Authenticate(token)
-			if err != nil {
-				w.Header().Set("WWW-Authenticate", `Bearer realm="coordinator", error="invalid_token"`)
-				pw.write(w, r, err)
-				return
-			}
-			ctx := context.WithValue(r.Context(), principalKey{}, p)
-			ctx = coordinator.WithActor(ctx, p.Name())
-			if longPoll(r) > 0 {
-				var cancel context.CancelCauseFunc
-				ctx, cancel = context.WithCancelCause(ctx)
-				stop := context.AfterFunc(p.Context(), func() { cancel(errTokenRevoked) })
-				defer func() {
-					stop()
-					cancel(nil)
-				}()
-			}
-			next.ServeHTTP(w, r.WithContext(ctx))
-		})
+		return r, nil, unauthenticatedError(detail)
 	}
+	p, err := auth.Authenticate(token)
+	if err != nil {
+		w.Header().Set("WWW-Authenticate", `Bearer realm="coordinator", error="invalid_token"`)
+		return r, nil, err
+	}
+	ctx := context.WithValue(r.Context(), principalKey{}, p)
+	ctx = coordinator.WithActor(ctx, p.Name())
+	if longPoll(r) > 0 {
+		var cancel context.CancelCauseFunc
+		ctx, cancel = context.WithCancelCause(ctx)
+		stop := context.AfterFunc(p.Context(), func() { cancel(errTokenRevoked) })
+		done = func() {
+			stop()
+			cancel(nil)
+		}
+	}
+	return r.WithContext(ctx), done, nil
 }
 
 // authorize refuses, with 403 forbidden, a request that its token does not allow by

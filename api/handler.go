@@ -14,7 +14,6 @@ import (
 	"time"
 
 	"github.com/go-chi/chi/v5"
-	"github.com/go-chi/chi/v5/middleware"
 
 	"github.com/twophase/coordinator/coordinator"
 	"github.com/twophase/coordinator/internal/httppark"
@@ -103,9 +102,7 @@ func newHandler(ssi StrictServerInterface, opts Options) http.Handler {
 	pw := &problemWriter{logger: opts.Logger}
 
 	r := chi.NewRouter()
-	// GetHead answers HEAD on every GET route as GET without its body (RFC 9110 9.3.2:
-	// load balancers and monitors probe /healthz with HEAD).
-	r.Use(withRequestID, accessLog(opts.Logger, opts.Metrics), recoverer(pw), guards(opts, pw), authenticate(opts.Auth, pw), middleware.GetHead)
+	r.Use(front(opts, pw))
 	r.NotFound(pw.notFound)
 	r.MethodNotAllowed(methodNotAllowed(r, pw))
 
@@ -190,13 +187,10 @@ func methodNotAllowed(mux *chi.Mux, pw *problemWriter) http.HandlerFunc {
 	}
 }
 
-type requestIDKey struct{}
-
 // RequestID returns the id of the request ctx belongs to, "" outside a request served by
 // NewHandler's handler.
 func RequestID(ctx context.Context) string {
-	id, _ := ctx.Value(requestIDKey{}).(string)
-	return id
+	return coordinator.RequestID(ctx)
 }
 
 // maxRequestIDLength bounds a caller's X-Request-Id; a longer one is replaced.
@@ -220,103 +214,154 @@ func saneRequestID(id string) bool {
 	return true
 }
 
-// withRequestID takes the caller's X-Request-Id when it is sane, else makes one, puts it
-// in the context and sets it on the response before anything else can answer.
-func withRequestID(next http.Handler) http.Handler {
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		id := r.Header.Get("X-Request-Id")
-		if !saneRequestID(id) {
-			id = rand.Text()
-		}
-		w.Header().Set("X-Request-Id", id)
-		ctx := coordinator.WithRequestID(context.WithValue(r.Context(), requestIDKey{}, id), id)
-		next.ServeHTTP(w, r.WithContext(ctx))
-	})
-}
-
-// accessLog logs one line per request once it is answered: when the handler returns, or,
-// for a request the handler parked, once its answer is written.
-func accessLog(logger *slog.Logger, m *metrics.Metrics) func(http.Handler) http.Handler {
+// front is what every request goes through before its route is found, in this order: its
+// request id, its access log line, the recovery from a panic, the browser and Host guards,
+// its token, and HEAD routed as GET. One handler calls each step in turn, rather than one
+// handler per step wrapping the next: a request waiting for its commit holds every frame
+// of its stack meanwhile, and the garbage collector scans them all at each of its cycles,
+// so under a memory limit and many requests in flight each frame costs CPU.
+func front(opts Options, pw *problemWriter) func(http.Handler) http.Handler {
+	check := guards(opts)
 	return func(next http.Handler) http.Handler {
 		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-			start := time.Now()
+			r = withRequestID(w, r)
 			aw := &answerWriter{ResponseWriter: w, req: r}
-			var route string
-			logged := func(ctx context.Context, status, bytes int) {
-				if m != nil {
-					m.Request(route, r.Method, status, time.Since(start))
-				}
-				// Reads are the bulk of the traffic (long-polls, pending, probes): logged
-				// at debug unless they fail; changes at info.
-				level := slog.LevelInfo
-				switch {
-				case errors.Is(context.Cause(ctx), context.Canceled) && status == http.StatusServiceUnavailable:
-					// The client went away (a participant stopping in the middle of its
-					// long-poll): nobody reads the answer, and nothing failed.
-					level = slog.LevelDebug
-				case status >= 500:
-					level = slog.LevelError
-				case (r.Method == http.MethodGet || r.Method == http.MethodHead) && status < 400:
-					level = slog.LevelDebug
-				}
-				if !logger.Enabled(ctx, level) {
-					return
-				}
-				attrs := []slog.Attr{
-					slog.String("method", r.Method),
-					slog.String("path", r.URL.Path),
-					slog.String("proto", r.Proto),
-					slog.Int("status", status),
-					slog.Float64("duration_ms", float64(time.Since(start).Microseconds())/1000),
-					slog.String("request_id", RequestID(ctx)),
-					slog.Int("bytes", bytes),
-				}
-				if trace, ok := traceID(r.Header.Get("traceparent")); ok {
-					attrs = append(attrs, slog.String("trace_id", trace))
-				}
-				logger.LogAttrs(ctx, level, "request", attrs...)
-			}
 			// Deferred, so that a request aborted by a panic (http.ErrAbortHandler, passed
-			// on by recoverer) is logged too.
-			defer func() {
-				// The route template, never the path: no label takes a name or an id.
-				// Read now: chi reuses the route context once this request returns.
-				route = routePattern(r)
-				if aw.parked != nil {
-					go aw.parked.finish(logged)
+			// on by recoverPanic) is logged too; recoverPanic runs first, and the line
+			// carries its 500.
+			defer logAnswer(&accessEntry{logger: opts.Logger, metrics: opts.Metrics, req: r, start: time.Now()}, aw)
+			defer recoverPanic(pw, aw, r)
+			if err := check(r); err != nil {
+				pw.write(aw, r, err)
+				return
+			}
+			if opts.Auth != nil && !publicPaths[r.URL.Path] {
+				authed, done, err := authenticate(opts.Auth, aw, r)
+				if err != nil {
+					pw.write(aw, r, err)
 					return
 				}
-				status := aw.status
-				if status == 0 {
-					status = http.StatusOK
+				if done != nil {
+					defer done()
 				}
-				logged(r.Context(), status, aw.bytes)
-			}()
+				r = authed
+			}
+			headAsGet(r)
 			next.ServeHTTP(aw, r)
 		})
 	}
 }
 
-// recoverer turns a panic into a logged 500 problem document. http.ErrAbortHandler is
-// passed on: it asks the server to drop the connection.
-func recoverer(pw *problemWriter) func(http.Handler) http.Handler {
-	return func(next http.Handler) http.Handler {
-		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-			defer func() {
-				v := recover()
-				if v == nil {
-					return
-				}
-				if v == http.ErrAbortHandler {
-					panic(v)
-				}
-				pw.logger.Error("panic", "request_id", RequestID(r.Context()), "method", r.Method,
-					"path", r.URL.Path, "panic", fmt.Sprint(v), "stack", string(debug.Stack()))
-				pw.write(w, r, errPanic)
-			}()
-			next.ServeHTTP(w, r)
-		})
+// withRequestID takes the caller's X-Request-Id when it is sane, else makes one, puts it
+// in the context and sets it on the response before anything else can answer.
+func withRequestID(w http.ResponseWriter, r *http.Request) *http.Request {
+	id := r.Header.Get("X-Request-Id")
+	if !saneRequestID(id) {
+		id = rand.Text()
 	}
+	w.Header().Set("X-Request-Id", id)
+	return r.WithContext(coordinator.WithRequestID(r.Context(), id))
+}
+
+// headAsGet routes a HEAD request as GET when no route answers HEAD itself, as chi's
+// middleware.GetHead does: every GET route answers HEAD, without its body (RFC 9110
+// 9.3.2: load balancers and monitors probe /healthz with HEAD).
+func headAsGet(r *http.Request) {
+	if r.Method != http.MethodHead {
+		return
+	}
+	rctx := chi.RouteContext(r.Context())
+	if rctx == nil {
+		return // not served by a chi router
+	}
+	path := rctx.RoutePath
+	if path == "" {
+		path = r.URL.RawPath
+		if path == "" {
+			path = r.URL.Path
+		}
+	}
+	if !rctx.Routes.Match(chi.NewRouteContext(), http.MethodHead, path) {
+		rctx.RouteMethod, rctx.RoutePath = http.MethodGet, path
+	}
+}
+
+// accessEntry is the access log line of one request, logged once it is answered: when
+// the handler returns, or, for a request the handler parked, once its answer is written.
+type accessEntry struct {
+	logger  *slog.Logger
+	metrics *metrics.Metrics
+	req     *http.Request
+	start   time.Time
+	route   string
+}
+
+// logAnswer logs e once the handler has returned: at once, or, for a parked request, once
+// its answer is written.
+func logAnswer(e *accessEntry, aw *answerWriter) {
+	// The route template, never the path: no label takes a name or an id. Read now: chi
+	// reuses the route context once this request returns.
+	e.route = routePattern(e.req)
+	if aw.parked != nil {
+		go aw.parked.finish(e.log)
+		return
+	}
+	status := aw.status
+	if status == 0 {
+		status = http.StatusOK
+	}
+	e.log(e.req.Context(), status, aw.bytes)
+}
+
+func (e *accessEntry) log(ctx context.Context, status, bytes int) {
+	r := e.req
+	if e.metrics != nil {
+		e.metrics.Request(e.route, r.Method, status, time.Since(e.start))
+	}
+	// Reads are the bulk of the traffic (long-polls, pending, probes): logged at debug
+	// unless they fail; changes at info.
+	level := slog.LevelInfo
+	switch {
+	case errors.Is(context.Cause(ctx), context.Canceled) && status == http.StatusServiceUnavailable:
+		// The client went away (a participant stopping in the middle of its long-poll):
+		// nobody reads the answer, and nothing failed.
+		level = slog.LevelDebug
+	case status >= 500:
+		level = slog.LevelError
+	case (r.Method == http.MethodGet || r.Method == http.MethodHead) && status < 400:
+		level = slog.LevelDebug
+	}
+	if !e.logger.Enabled(ctx, level) {
+		return
+	}
+	attrs := []slog.Attr{
+		slog.String("method", r.Method),
+		slog.String("path", r.URL.Path),
+		slog.String("proto", r.Proto),
+		slog.Int("status", status),
+		slog.Float64("duration_ms", float64(time.Since(e.start).Microseconds())/1000),
+		slog.String("request_id", RequestID(ctx)),
+		slog.Int("bytes", bytes),
+	}
+	if trace, ok := traceID(r.Header.Get("traceparent")); ok {
+		attrs = append(attrs, slog.String("trace_id", trace))
+	}
+	e.logger.LogAttrs(ctx, level, "request", attrs...)
+}
+
+// recoverPanic, deferred, turns a panic into a logged 500 problem document.
+// http.ErrAbortHandler is passed on: it asks the server to drop the connection.
+func recoverPanic(pw *problemWriter, w http.ResponseWriter, r *http.Request) {
+	v := recover()
+	if v == nil {
+		return
+	}
+	if v == http.ErrAbortHandler {
+		panic(v)
+	}
+	pw.logger.Error("panic", "request_id", RequestID(r.Context()), "method", r.Method,
+		"path", r.URL.Path, "panic", fmt.Sprint(v), "stack", string(debug.Stack()))
+	pw.write(w, r, errPanic)
 }
 
 // errPanic stands for a recovered panic, which problemFor answers as 500 internal; the

@@ -251,7 +251,7 @@ func (pr *parkedRequest) finish(logged func(ctx context.Context, status, bytes i
 	pr.p.ln.Return(pr.conn)
 }
 
-// answerSafely makes the answer into res, false if it panicked (logged, as recoverer
+// answerSafely makes the answer into res, false if it panicked (logged, as recoverPanic
 // does): the connection is then closed without one, which the client sees as a request
 // cut.
 func (pr *parkedRequest) answerSafely(res http.ResponseWriter) (ok bool) {

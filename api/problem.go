@@ -343,7 +343,7 @@ func problemFor(err error) problem {
 	case errors.As(err, &domainErr):
 		return domainProblem(domainErr)
 	case errors.Is(err, errPanic):
-		// recoverer has logged the panic and its stack.
+		// recoverPanic has logged the panic and its stack.
 		return newProblem(codeInternal, "an internal error occurred; the request_id names it in the server's log")
 	case errors.Is(err, context.DeadlineExceeded):
 		p := newProblem(codeUnavailable, "the request timed out; retry later")

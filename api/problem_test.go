@@ -101,7 +101,7 @@ func TestProblemTable(t *testing.T) {
 			var logs bytes.Buffer
 			pw := &problemWriter{logger: slog.New(slog.NewJSONHandler(&logs, nil))}
 			r := httptest.NewRequest(http.MethodGet, "/v1/jobs/x", nil)
-			r = r.WithContext(context.WithValue(r.Context(), requestIDKey{}, "req-42"))
+			r = r.WithContext(coordinator.WithRequestID(r.Context(), "req-42"))
 			w := httptest.NewRecorder()
 			pw.write(w, r, tt.err)
 
@@ -153,7 +153,7 @@ func TestProblemKindsAreComplete(t *testing.T) {
 func TestProblemAfterResponseBegan(t *testing.T) {
 	t.Parallel()
 	var logs bytes.Buffer
-	h := accessLog(slog.New(slog.DiscardHandler), nil)(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	h := testFront(slog.New(slog.DiscardHandler))(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		w.WriteHeader(http.StatusOK)
 		_, _ = w.Write([]byte(`{"partial":`))
 		(&problemWriter{logger: slog.New(slog.NewTextHandler(&logs, nil))}).write(w, r, errors.New("encoder broke"))
@@ -166,6 +166,11 @@ func TestProblemAfterResponseBegan(t *testing.T) {
 	if !strings.Contains(logs.String(), "encoder broke") {
 		t.Errorf("the error was not logged: %s", logs.String())
 	}
+}
+
+// testFront is front with logger, every Host allowed and no authentication.
+func testFront(logger *slog.Logger) func(http.Handler) http.Handler {
+	return front(Options{Logger: logger, AllowedHosts: []string{AnyHost}}, &problemWriter{logger: logger})
 }
 
 // decodeProblem checks that resp is a problem document with status and code and returns it.
@@ -199,7 +204,7 @@ func decodeProblem(t *testing.T, resp *http.Response, status int, code string) P
 func TestTraceparentLogged(t *testing.T) {
 	t.Parallel()
 	var logs bytes.Buffer
-	h := accessLog(slog.New(slog.NewJSONHandler(&logs, &slog.HandlerOptions{Level: slog.LevelDebug})), nil)(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {}))
+	h := testFront(slog.New(slog.NewJSONHandler(&logs, &slog.HandlerOptions{Level: slog.LevelDebug})))(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {}))
 	for header, want := range map[string]string{
 		"00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01":       "4bf92f3577b34da6a3ce929d0e0e4736",
 		"01-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01-later": "4bf92f3577b34da6a3ce929d0e0e4736",
@@ -269,9 +274,9 @@ func TestAccessLogOfAnAbortedRequest(t *testing.T) {
 	t.Parallel()
 	var logs bytes.Buffer
 	logger := slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
-	h := accessLog(logger, nil)(recoverer(&problemWriter{logger: logger})(http.HandlerFunc(func(http.ResponseWriter, *http.Request) {
+	h := testFront(logger)(http.HandlerFunc(func(http.ResponseWriter, *http.Request) {
 		panic(http.ErrAbortHandler)
-	})))
+	}))
 	func() {
 		defer func() {
 			if v := recover(); v != http.ErrAbortHandler {

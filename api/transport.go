@@ -23,14 +23,14 @@ const codeMisdirectedRequest = "misdirected_request"
 // behind a proxy that checks it.
 const AnyHost = "*"
 
-// guards refuses, before anything else looks at a request (after its request id and its
-// access log line): a request from a web page of an origin that is not allowed (403
-// forbidden), and a request whose Host is not allowed (421 misdirected_request). A
-// browser cannot be made to send either for a page of another site, nor can a page of
-// another site read the coordinator through a name of its own that resolves to the
-// coordinator's address (DNS rebinding). Clients that are not browsers send no Origin nor
-// Sec-Fetch-Site and are not affected. Neither refusal changes anything.
-func guards(opts Options, pw *problemWriter) func(http.Handler) http.Handler {
+// guards returns the check that refuses, before anything else looks at a request (after
+// its request id and its access log line): a request from a web page of an origin that is
+// not allowed (403 forbidden), and a request whose Host is not allowed (421
+// misdirected_request). A browser cannot be made to send either for a page of another
+// site, nor can a page of another site read the coordinator through a name of its own that
+// resolves to the coordinator's address (DNS rebinding). Clients that are not browsers send
+// no Origin nor Sec-Fetch-Site and are not affected. Neither refusal changes anything.
+func guards(opts Options) func(r *http.Request) error {
 	hosts := map[string]bool{}
 	anyHost := false
 	for _, h := range opts.AllowedHosts {
@@ -46,22 +46,18 @@ func guards(opts Options, pw *problemWriter) func(http.Handler) http.Handler {
 			origins[o] = true
 		}
 	}
-	return func(next http.Handler) http.Handler {
-		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-			if err := checkBrowser(r, origins); err != nil {
-				pw.write(w, r, err)
-				return
+	return func(r *http.Request) error {
+		if err := checkBrowser(r, origins); err != nil {
+			return err
+		}
+		if !anyHost && !probe(r) {
+			if host := hostName(r.Host); !hosts[host] && !loopbackName(host) {
+				return &requestError{code: codeMisdirectedRequest, detail: fmt.Sprintf(
+					"this coordinator does not serve the host %s: it serves its loopback names and "+
+						"the hosts it is configured with (--allowed-hosts)", quoteClipped(r.Host))}
 			}
-			if !anyHost && !probe(r) {
-				if host := hostName(r.Host); !hosts[host] && !loopbackName(host) {
-					pw.write(w, r, &requestError{code: codeMisdirectedRequest, detail: fmt.Sprintf(
-						"this coordinator does not serve the host %s: it serves its loopback names and "+
-							"the hosts it is configured with (--allowed-hosts)", quoteClipped(r.Host))})
-					return
-				}
-			}
-			next.ServeHTTP(w, r)
-		})
+		}
+		return nil
 	}
 }
 

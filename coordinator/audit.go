@@ -57,8 +57,14 @@ func WithRequestID(ctx context.Context, id string) context.Context {
 	return context.WithValue(ctx, requestIDKey{}, id)
 }
 
+// RequestID returns the request id WithRequestID put in ctx, "" if none.
+func RequestID(ctx context.Context) string {
+	id, _ := ctx.Value(requestIDKey{}).(string)
+	return id
+}
+
 // auditEntry is the entry of an action taken by the request of ctx.
 func auditEntry(ctx context.Context, action AuditAction, job string, checkpoint int64, reason string) AuditEntry {
-	id, _ := ctx.Value(requestIDKey{}).(string)
+	id := RequestID(ctx)
 	return AuditEntry{Action: action, Job: job, Checkpoint: checkpoint, Token: actorOf(ctx), Reason: reason, RequestID: id}
 }

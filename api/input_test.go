@@ -423,6 +423,23 @@ func TestPanicIsLoggedWithRequestID(t *testing.T) {
 	if !strings.Contains(logs.String(), "on purpose") || !strings.Contains(logs.String(), `"request_id":"panic-1"`) {
 		t.Errorf("the panic is not logged with its request id: %s", logs.String())
 	}
+	// The access log line is written after the panic is answered, and says so.
+	var line struct {
+		Msg    string `json:"msg"`
+		Status int    `json:"status"`
+	}
+	found := false
+	for _, l := range strings.Split(strings.TrimSpace(logs.String()), "\n") {
+		if json.Unmarshal([]byte(l), &line) == nil && line.Msg == "request" {
+			found = true
+			if line.Status != 500 {
+				t.Errorf("the access log line says status %d, want the 500 answered: %s", line.Status, l)
+			}
+		}
+	}
+	if !found {
+		t.Errorf("no access log line: %s", logs.String())
+	}
 }
 
 // TestRequestBodiesCoverRoutes checks requestBodies against the generated routes, so that

@@ -151,10 +151,13 @@ func (d *dispatcher) batchDone(done batchDone) {
 
 // next takes from waiting, in order, up to maxBatch updates whose job is in no running
 // batch and not waiting to be retried, marks their jobs busy and returns them. Updates
-// whose caller gave up, or whose context ended, are dropped (and answered).
+// it would take whose caller gave up, or whose context ended, are dropped (and
+// answered); those it leaves are looked at when their turn comes. It is called on every
+// arrival while a worker is free, so what it leaves costs it two map lookups each: under
+// a backlog most of waiting is updates of jobs in a running batch.
 func (d *dispatcher) next() []*groupcommit.Op {
 	var batch []*groupcommit.Op
-	inBatch := map[string]bool{}
+	var inBatch map[string]bool
 	rest := d.waiting[:0]
 	now := time.Now()
 	for job, at := range d.retry {
@@ -162,14 +165,21 @@ func (d *dispatcher) next() []*groupcommit.Op {
 			delete(d.retry, job)
 		}
 	}
-	for _, o := range d.waiting {
+	for i, o := range d.waiting {
+		if len(batch) >= d.c.maxBatch {
+			rest = append(rest, d.waiting[i:]...)
+			break
+		}
 		_, retryLater := d.retry[o.Job]
 		switch {
+		case retryLater || d.busy[o.Job] && !inBatch[o.Job]:
+			rest = append(rest, o)
 		case o.Abandoned() || o.Ctx.Err() != nil:
 			o.Drop()
-		case len(batch) >= d.c.maxBatch || retryLater || d.busy[o.Job] && !inBatch[o.Job]:
-			rest = append(rest, o)
 		default:
+			if inBatch == nil {
+				inBatch = map[string]bool{}
+			}
 			batch = append(batch, o)
 			inBatch[o.Job] = true
 			d.busy[o.Job] = true

@@ -1,0 +1,68 @@
+package postgres
+
+import (
+	"context"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/twophase/coordinator/store/groupcommit"
+)
+
+// TestNextTakesInOrderWhatCanRun: a batch takes, in arrival order and up to the batch
+// size, the updates of jobs in no running batch and not waiting for a retry (several of
+// one job together); it drops those it would take whose context ended, and leaves the
+// rest waiting in their order, the ended ones of busy jobs included, for their turn.
+func TestNextTakesInOrderWhatCanRun(t *testing.T) {
+	ended, cancel := context.WithCancel(context.Background())
+	cancel()
+	live := context.Background()
+	op := func(ctx context.Context, job string) *groupcommit.Op {
+		return &groupcommit.Op{Ctx: ctx, Job: job}
+	}
+	busyLive, busyEnded := op(live, "busy"), op(ended, "busy")
+	freeEnded := op(ended, "free")
+	a1, a2, retried, b, c, d := op(live, "a"), op(live, "a"), op(live, "locked"), op(live, "b"), op(live, "c"), op(live, "d")
+	disp := &dispatcher{
+		c:       &committer{maxBatch: 3},
+		busy:    map[string]bool{"busy": true},
+		retry:   map[string]time.Time{"locked": time.Now().Add(time.Hour)},
+		waiting: []*groupcommit.Op{busyLive, a1, freeEnded, retried, busyEnded, a2, b, c, d},
+	}
+	batch := disp.next()
+	if want := []*groupcommit.Op{a1, a2, b}; !slices.Equal(batch, want) {
+		t.Fatalf("batch: got %d updates %v, want a, a, b", len(batch), jobsOf(batch))
+	}
+	if want := []*groupcommit.Op{busyLive, retried, busyEnded, c, d}; !slices.Equal(disp.waiting, want) {
+		t.Fatalf("left waiting: %v, want busy, locked, busy, c, d", jobsOf(disp.waiting))
+	}
+	for _, job := range []string{"a", "b"} {
+		if !disp.busy[job] {
+			t.Fatalf("job %s of the batch not marked busy", job)
+		}
+	}
+	if disp.busy["c"] {
+		t.Fatal("job c, left waiting, marked busy")
+	}
+
+	// The batch done and the retry's time up, the rest runs, the ended update dropped.
+	disp.batchDone(batchDone{ops: batch})
+	delete(disp.busy, "busy")
+	disp.retry["locked"] = time.Now().Add(-time.Millisecond)
+	disp.c.maxBatch = 10
+	batch = disp.next()
+	if want := []*groupcommit.Op{busyLive, retried, c, d}; !slices.Equal(batch, want) {
+		t.Fatalf("second batch: %v, want busy, locked, c, d", jobsOf(batch))
+	}
+	if len(disp.waiting) != 0 {
+		t.Fatalf("still waiting: %v", jobsOf(disp.waiting))
+	}
+}
+
+func jobsOf(ops []*groupcommit.Op) []string {
+	var jobs []string
+	for _, o := range ops {
+		jobs = append(jobs, o.Job)
+	}
+	return jobs
+}

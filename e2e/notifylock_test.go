@@ -2,6 +2,7 @@ package e2e_test
 
 import (
 	"context"
+	"fmt"
 	"net/url"
 	"strings"
 	"sync/atomic"
@@ -72,10 +73,9 @@ func TestADecisionWaitsForTheNotificationLock(t *testing.T) {
 		_, err := holder.Exec(ctx, "BEGIN; INSERT INTO held VALUES (1); SELECT pg_notify('elsewhere', 'held'); COMMIT")
 		holderDone <- err
 	}()
-	pollUntil(t, "the holder's commit to wait for the standby", func() bool {
-		var n int
-		err := admin.QueryRow(ctx, "SELECT count(*) FROM pg_stat_activity WHERE pid = $1 AND wait_event = 'SyncRep'", holderPID).Scan(&n)
-		return err == nil && n == 1
+	eventually(t, 30*time.Second, func() error {
+		return countIs(ctx, admin, 1, "the holder's commit waiting for the standby",
+			"SELECT count(*) FROM pg_stat_activity WHERE pid = $1 AND wait_event = 'SyncRep'", holderPID)
 	})
 
 	type answer struct {
@@ -90,10 +90,9 @@ func TestADecisionWaitsForTheNotificationLock(t *testing.T) {
 			body: voteBody(epochs["sink-a"], `[{"txn":"a"}]`)})
 		answers <- answer{rep, err, released.Load()}
 	}()
-	pollUntil(t, "the vote's COMMIT to wait for the notification lock", func() bool {
-		var n int
-		err := admin.QueryRow(ctx, "SELECT count(*) FROM pg_stat_activity WHERE datname = $1 AND wait_event_type = 'Lock' AND query = 'COMMIT'", dbName).Scan(&n)
-		return err == nil && n == 1
+	eventually(t, 30*time.Second, func() error {
+		return countIs(ctx, admin, 1, "the vote's COMMIT waiting for the notification lock",
+			"SELECT count(*) FROM pg_stat_activity WHERE datname = $1 AND wait_event_type = 'Lock' AND query = 'COMMIT'", dbName)
 	})
 	// Ten times lock_timeout: a COMMIT bound by it would have been cancelled by now.
 	time.Sleep(500 * time.Millisecond)
@@ -131,15 +130,14 @@ func TestADecisionWaitsForTheNotificationLock(t *testing.T) {
 	}
 }
 
-// pollUntil polls cond every 20 ms until it holds, failing the test after 30 s (a cap that
-// only keeps a failing test from hanging).
-func pollUntil(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(30 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("waited 30 s for %s", what)
-		}
-		time.Sleep(20 * time.Millisecond)
+// countIs returns nil if query's count is want, else an error naming what.
+func countIs(ctx context.Context, conn *pgx.Conn, want int, what, query string, args ...any) error {
+	var n int
+	if err := conn.QueryRow(ctx, query, args...).Scan(&n); err != nil {
+		return fmt.Errorf("%s: %w", what, err)
 	}
+	if n != want {
+		return fmt.Errorf("%s: %d, want %d", what, n, want)
+	}
+	return nil
 }

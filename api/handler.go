@@ -102,7 +102,8 @@ func newHandler(ssi StrictServerInterface, opts Options) http.Handler {
 	pw := &problemWriter{logger: opts.Logger}
 
 	r := chi.NewRouter()
-	r.Use(front(opts, pw))
+	routes := new(routeTable)
+	r.Use(front(opts, pw, routes))
 	r.NotFound(pw.notFound)
 	r.MethodNotAllowed(methodNotAllowed(r, pw))
 
@@ -111,12 +112,14 @@ func newHandler(ssi StrictServerInterface, opts Options) http.Handler {
 		RequestErrorHandlerFunc:  pw.requestErrorHandler,
 		ResponseErrorHandlerFunc: pw.write,
 	})
-	return HandlerWithOptions(boundOperations{ServerInterface: strict, ssi: ssi, pw: pw}, ChiServerOptions{
+	h := HandlerWithOptions(boundOperations{ServerInterface: strict, ssi: ssi, pw: pw}, ChiServerOptions{
 		BaseRouter:       r,
 		ErrorHandlerFunc: pw.paramErrorHandler,
 		// The last runs first: the input check, then the bound on long-polls.
 		Middlewares: []MiddlewareFunc{waiterLimit(opts.MaxWaiters, pw), operationMiddleware(opts, pw)},
 	})
+	routes.load(r.Routes())
+	return h
 }
 
 // operationMiddleware runs once the route is known and its parameters parsed, before the
@@ -216,11 +219,12 @@ func saneRequestID(id string) bool {
 
 // front is what every request goes through before its route is found, in this order: its
 // request id, its access log line, the recovery from a panic, the browser and Host guards,
-// its token, and HEAD routed as GET. One handler calls each step in turn, rather than one
-// handler per step wrapping the next: a request waiting for its commit holds every frame
-// of its stack meanwhile, and the garbage collector scans them all at each of its cycles,
-// so under a memory limit and many requests in flight each frame costs CPU.
-func front(opts Options, pw *problemWriter) func(http.Handler) http.Handler {
+// its token, HEAD routed as GET, and the route found in routes (or by chi, next, when
+// routes cannot tell). One handler calls each step in turn, rather than one handler per
+// step wrapping the next: a request waiting for its commit holds every frame of its stack
+// meanwhile, and the garbage collector scans them all at each of its cycles, so under a
+// memory limit and many requests in flight each frame costs CPU.
+func front(opts Options, pw *problemWriter, routes *routeTable) func(http.Handler) http.Handler {
 	check := guards(opts)
 	return func(next http.Handler) http.Handler {
 		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -247,6 +251,10 @@ func front(opts Options, pw *problemWriter) func(http.Handler) http.Handler {
 				r = authed
 			}
 			headAsGet(r)
+			if h := routes.lookup(chi.RouteContext(r.Context()), r); h != nil {
+				h.ServeHTTP(aw, r)
+				return
+			}
 			next.ServeHTTP(aw, r)
 		})
 	}

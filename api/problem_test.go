@@ -170,7 +170,7 @@ func TestProblemAfterResponseBegan(t *testing.T) {
 
 // testFront is front with logger, every Host allowed and no authentication.
 func testFront(logger *slog.Logger) func(http.Handler) http.Handler {
-	return front(Options{Logger: logger, AllowedHosts: []string{AnyHost}}, &problemWriter{logger: logger})
+	return front(Options{Logger: logger, AllowedHosts: []string{AnyHost}}, &problemWriter{logger: logger}, nil)
 }
 
 // decodeProblem checks that resp is a problem document with status and code and returns it.

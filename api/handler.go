@@ -118,6 +118,10 @@ func newHandler(ssi StrictServerInterface, opts Options) http.Handler {
 		// The last runs first: the input check, then the bound on long-polls.
 		Middlewares: []MiddlewareFunc{waiterLimit(opts.MaxWaiters, pw), operationMiddleware(opts, pw)},
 	})
+	if len(r.Middlewares()) != 1 {
+		// A route front finds is served without going through the router's middlewares.
+		panic("api: front must be the router's only middleware")
+	}
 	routes.load(r.Routes())
 	return h
 }

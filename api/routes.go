@@ -17,10 +17,11 @@ import (
 // segment and exactly one route of the table matches it segment by segment (a static
 // segment by its text, a {name} by any text), so that chi, which prefers a static
 // segment to a parameter, could not have chosen another; and only for a method the route
-// has a handler for. Everything else, unknown paths and methods included, chi routes as
-// before, answering 404 and 405 itself.
+// has a handler for; and only when every route is made of plain segments (load).
+// Everything else, unknown paths and methods included, chi routes as before, answering
+// 404 and 405 itself.
 type routeTable struct {
-	bySegments map[int][]*tableRoute // by the number of the pattern's segments; nil: none yet
+	bySegments map[int][]*tableRoute // by the number of the pattern's segments; nil: chi routes all
 }
 
 // tableRoute is one route of the table: its pattern's segments ("" for a parameter),
@@ -32,15 +33,18 @@ type tableRoute struct {
 	handlers map[string]http.Handler
 }
 
-// load fills the table with routes, leaving out those whose pattern is not made of plain
-// segments (a regular expression, a wildcard, a parameter within a segment). It is
-// called once, before the first request.
+// load fills the table with routes, called once, before the first request. If any
+// pattern is not made of plain segments (a regular expression, a wildcard, a router
+// mounted, a parameter within a segment), the table stays empty and chi routes every
+// request: chi may prefer such a route to one of plain segments (a regular expression
+// to a parameter), which the table could not tell.
 func (t *routeTable) load(routes []chi.Route) {
 	t.bySegments = map[int][]*tableRoute{}
 	for _, rt := range routes {
 		segments, params, ok := patternSegments(rt.Pattern)
 		if !ok {
-			continue
+			t.bySegments = nil
+			return
 		}
 		t.bySegments[len(segments)] = append(t.bySegments[len(segments)],
 			&tableRoute{pattern: rt.Pattern, segments: segments, params: params, handlers: rt.Handlers})

@@ -120,7 +120,20 @@ func TestRouteTableLeavesToChiWhatItCannotTell(t *testing.T) {
 		t.Errorf("/a/c: handler %v, parameters %v", h != nil, rctx.URLParams.Values)
 	}
 
-	// Patterns that are not plain segments are left out.
+	// A route that is not plain segments leaves every path to chi, which prefers a
+	// regular expression to a parameter.
+	mixed := chi.NewRouter()
+	mixed.Get("/a/{x:[0-9]+}", func(http.ResponseWriter, *http.Request) {})
+	mixed.Get("/a/{y}", func(http.ResponseWriter, *http.Request) {})
+	var withRegexp routeTable
+	withRegexp.load(mixed.Routes())
+	for _, target := range []string{"/a/12", "/a/b"} {
+		if h, _, _ := tableLookup(&withRegexp, http.MethodGet, target); h != nil {
+			t.Errorf("%s found in a table of routes one of which is a regular expression", target)
+		}
+	}
+
+	// Patterns that are not plain segments.
 	for _, p := range []string{"/", "/a/*", "/a/{x:[0-9]+}", "/a/{x}.json", "/a//b", "a/b"} {
 		if _, _, ok := patternSegments(p); ok {
 			t.Errorf("pattern %s taken as plain segments", p)

@@ -231,3 +231,36 @@ func TestMetricsWithoutJobLabel(t *testing.T) {
 		t.Errorf("open committing = %v, want 0", got)
 	}
 }
+
+// A method HTTP does not define is counted as "other": whatever methods clients make up,
+// the request series stay as many as the routes, methods and statuses the API has.
+func TestMetricsMadeUpMethodsAreOther(t *testing.T) {
+	t.Parallel()
+	b := coordinatorWithMetrics(t, pgtest.URL(t), false)
+	for _, method := range []string{"FOO1", "FOO2", "BREW"} {
+		if r := b.send(t, "", method, "/v1/jobs", ""); r.status != http.StatusMethodNotAllowed {
+			t.Fatalf("%s /v1/jobs: %d, want 405", method, r.status)
+		}
+	}
+	b.send(t, "", "GET", "/v1/jobs", "")
+	f := scrape(t, b)
+	other := map[string]string{"route": "unmatched", "method": "other", "code": "405"}
+	if got := value(f, "coordinator_http_requests_total", other); got != 3 {
+		t.Errorf("requests %v = %v, want 3", other, got)
+	}
+	if got := value(f, "coordinator_http_request_duration_seconds", map[string]string{"route": "unmatched", "method": "other"}); got != 3 {
+		t.Errorf("durations of method other = %v, want 3", got)
+	}
+	if got := value(f, "coordinator_http_requests_total", map[string]string{"route": "/v1/jobs", "method": "GET", "code": "200"}); got != 1 {
+		t.Errorf("GET /v1/jobs counted %v times, want 1", got)
+	}
+	for _, name := range []string{"coordinator_http_requests_total", "coordinator_http_request_duration_seconds"} {
+		for _, m := range f[name].Metric {
+			for _, l := range m.Label {
+				if l.GetName() == "method" && strings.HasPrefix(l.GetValue(), "FOO") || l.GetValue() == "BREW" {
+					t.Errorf("%s has a series of the made-up method %s", name, l.GetValue())
+				}
+			}
+		}
+	}
+}

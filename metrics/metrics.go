@@ -12,6 +12,7 @@ import (
 	"context"
 	"io"
 	"log/slog"
+	"net/http"
 	"strconv"
 	"sync"
 	"time"
@@ -53,8 +54,12 @@ type Metrics struct {
 	httpRequests  *prometheus.CounterVec
 	httpDuration  *prometheus.HistogramVec
 	storeCommit   prometheus.Histogram
-	retention     prometheus.Counter
-	parked        prometheus.Counter
+	// The request counter and histogram of each route, method and status seen, so that a
+	// request does not pay client_golang's hashing and checking of its label values.
+	requestsMu sync.RWMutex
+	requests   map[requestKey]requestSeries
+	retention  prometheus.Counter
+	parked     prometheus.Counter
 }
 
 var _ coordinator.Observer = (*Metrics)(nil)
@@ -71,7 +76,7 @@ var commitBuckets = []float64{.0001, .00025, .0005, .001, .0025, .005, .01, .025
 
 // New returns the metrics, registered.
 func New(opts Options) *Metrics {
-	m := &Metrics{registry: prometheus.NewRegistry(), jobLabel: !opts.NoJobLabel}
+	m := &Metrics{registry: prometheus.NewRegistry(), jobLabel: !opts.NoJobLabel, requests: map[requestKey]requestSeries{}}
 	job := func(labels ...string) []string {
 		if m.jobLabel {
 			return append([]string{"job"}, labels...)
@@ -200,13 +205,48 @@ func (m *Metrics) RetentionDeleted(n int) { m.retention.Add(float64(n)) }
 func (m *Metrics) Parked() { m.parked.Inc() }
 
 // Request observes one HTTP request: its route template ("" for no route), method and
-// status.
+// status. A method HTTP does not define is counted as "other": clients choose the method,
+// and one series per made-up method would grow without bound.
 func (m *Metrics) Request(route, method string, status int, d time.Duration) {
 	if route == "" {
 		route = "unmatched"
 	}
-	m.httpRequests.WithLabelValues(route, method, strconv.Itoa(status)).Inc()
-	m.httpDuration.WithLabelValues(route, method).Observe(d.Seconds())
+	if !knownMethods[method] {
+		method = "other"
+	}
+	k := requestKey{route: route, method: method, status: status}
+	m.requestsMu.RLock()
+	series, ok := m.requests[k]
+	m.requestsMu.RUnlock()
+	if !ok {
+		series = requestSeries{count: m.httpRequests.WithLabelValues(route, method, strconv.Itoa(status)),
+			duration: m.httpDuration.WithLabelValues(route, method)}
+		m.requestsMu.Lock()
+		m.requests[k] = series
+		m.requestsMu.Unlock()
+	}
+	series.count.Inc()
+	series.duration.Observe(d.Seconds())
+}
+
+// knownMethods are the methods of RFC 9110 and PATCH (RFC 5789), the method label's values
+// besides "other".
+var knownMethods = map[string]bool{
+	http.MethodGet: true, http.MethodHead: true, http.MethodPost: true, http.MethodPut: true,
+	http.MethodPatch: true, http.MethodDelete: true, http.MethodConnect: true,
+	http.MethodOptions: true, http.MethodTrace: true,
+}
+
+// requestKey names a request's series: its route template, method label and status.
+type requestKey struct {
+	route, method string
+	status        int
+}
+
+// requestSeries are the request counter and duration histogram of one requestKey.
+type requestSeries struct {
+	count    prometheus.Counter
+	duration prometheus.Observer
 }
 
 // WriteText writes every metric in the Prometheus text format (version 0.0.4) and

@@ -54,6 +54,10 @@ type Metrics struct {
 	httpRequests  *prometheus.CounterVec
 	httpDuration  *prometheus.HistogramVec
 	storeCommit   prometheus.Histogram
+	// The series of each job (and other labels) seen, found without client_golang
+	// hashing and checking the label values at every update.
+	openedOf, registrationsOf, decidedOf, votesOf, acksOf *seriesOf[prometheus.Counter]
+	decisionOf, completionOf                              *seriesOf[prometheus.Observer]
 	// The request counter and histogram of each route, method and status seen, so that a
 	// request does not pay client_golang's hashing and checking of its label values.
 	requestsMu sync.RWMutex
@@ -129,6 +133,13 @@ func New(opts Options) *Metrics {
 		ConstLabels: prometheus.Labels{"version": opts.Version, "store": opts.Store},
 	})
 	build.Set(1)
+	m.openedOf = newSeriesOf(m.opened.WithLabelValues, m.jobLabel, 0)
+	m.registrationsOf = newSeriesOf(m.registrations.WithLabelValues, m.jobLabel, 0)
+	m.decidedOf = newSeriesOf(m.decided.WithLabelValues, m.jobLabel, 2)
+	m.votesOf = newSeriesOf(m.votes.WithLabelValues, m.jobLabel, 2)
+	m.acksOf = newSeriesOf(m.acks.WithLabelValues, m.jobLabel, 1)
+	m.decisionOf = newSeriesOf(m.decision.WithLabelValues, m.jobLabel, 1)
+	m.completionOf = newSeriesOf(m.completion.WithLabelValues, m.jobLabel, 0)
 	m.registry.MustRegister(m.opened, m.decided, m.votes, m.acks, m.registrations, m.decision, m.completion,
 		m.httpRequests, m.httpDuration, m.storeCommit, m.retention, m.parked, build,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
@@ -146,22 +157,14 @@ func New(opts Options) *Metrics {
 	return m
 }
 
-// labels returns the label values of a metric with the job label first, unless dropped.
-func (m *Metrics) labels(job string, rest ...string) []string {
-	if m.jobLabel {
-		return append([]string{job}, rest...)
-	}
-	return rest
-}
-
 // Changed implements coordinator.Observer: checkpoints opened, registrations, decisions and
 // completions of one committed update.
 func (m *Metrics) Changed(job string, now time.Time, mu *coordinator.Mutation) {
 	if mu.Opened != nil {
-		m.opened.WithLabelValues(m.labels(job)...).Inc()
+		m.openedOf.get(job, "", "").Inc()
 	}
 	if n := len(mu.Epochs); n > 0 {
-		m.registrations.WithLabelValues(m.labels(job)...).Add(float64(n))
+		m.registrationsOf.get(job, "", "").Add(float64(n))
 	}
 	seen := map[int64]bool{}
 	for _, cp := range mu.Statuses {
@@ -176,23 +179,23 @@ func (m *Metrics) Changed(job string, now time.Time, mu *coordinator.Mutation) {
 			if cp.Status != coordinator.StatusAborted {
 				decision = "commit"
 			}
-			m.decided.WithLabelValues(m.labels(job, decision, string(cp.DecisionCause))...).Inc()
-			m.decision.WithLabelValues(m.labels(job, decision)...).Observe(cp.DecidedAt.Sub(cp.CreatedAt).Seconds())
+			m.decidedOf.get(job, decision, string(cp.DecisionCause)).Inc()
+			m.decisionOf.get(job, decision, "").Observe(cp.DecidedAt.Sub(cp.CreatedAt).Seconds())
 		}
 		if cp.Status == coordinator.StatusCommitted && cp.CompletedAt != nil && cp.DecidedAt != nil {
-			m.completion.WithLabelValues(m.labels(job)...).Observe(cp.CompletedAt.Sub(*cp.DecidedAt).Seconds())
+			m.completionOf.get(job, "", "").Observe(cp.CompletedAt.Sub(*cp.DecidedAt).Seconds())
 		}
 	}
 }
 
 // Voted implements coordinator.Observer.
 func (m *Metrics) Voted(job string, kind coordinator.VoteKind, result string) {
-	m.votes.WithLabelValues(m.labels(job, string(kind), result)...).Inc()
+	m.votesOf.get(job, string(kind), result).Inc()
 }
 
 // Acked implements coordinator.Observer.
 func (m *Metrics) Acked(job string, result string) {
-	m.acks.WithLabelValues(m.labels(job, result)...).Inc()
+	m.acksOf.get(job, result, "").Inc()
 }
 
 // StoreCommit observes one store commit's duration.
@@ -369,4 +372,42 @@ func (c *statsCollector) stats() *coordinator.Stats {
 	}
 	c.last, c.readAt = st, time.Now()
 	return st
+}
+
+// seriesOf keeps the series of one vector by their label values: the job's (when the
+// vector has the job label) and up to two more.
+type seriesOf[M any] struct {
+	with func(...string) M // the vector's WithLabelValues
+	job  bool              // whether its first label is the job
+	n    int               // how many labels it has besides the job
+	mu   sync.RWMutex
+	m    map[[3]string]M
+}
+
+func newSeriesOf[M any](with func(...string) M, job bool, n int) *seriesOf[M] {
+	return &seriesOf[M]{with: with, job: job, n: n, m: map[[3]string]M{}}
+}
+
+// get returns the series of job and the values a and b ("" where the vector has fewer
+// labels), made the first time.
+func (s *seriesOf[M]) get(job, a, b string) M {
+	if !s.job {
+		job = ""
+	}
+	k := [3]string{job, a, b}
+	s.mu.RLock()
+	v, ok := s.m[k]
+	s.mu.RUnlock()
+	if ok {
+		return v
+	}
+	values := []string{a, b}[:s.n]
+	if s.job {
+		values = append([]string{job}, values...)
+	}
+	v = s.with(values...)
+	s.mu.Lock()
+	s.m[k] = v
+	s.mu.Unlock()
+	return v
 }

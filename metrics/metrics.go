@@ -56,14 +56,12 @@ type Metrics struct {
 	storeCommit   prometheus.Histogram
 	// The series of each job (and other labels) seen, found without client_golang
 	// hashing and checking the label values at every update.
-	openedOf, registrationsOf, decidedOf, votesOf, acksOf *seriesOf[prometheus.Counter]
-	decisionOf, completionOf                              *seriesOf[prometheus.Observer]
-	// The request counter and histogram of each route, method and status seen, so that a
-	// request does not pay client_golang's hashing and checking of its label values.
-	requestsMu sync.RWMutex
-	requests   map[requestKey]requestSeries
-	retention  prometheus.Counter
-	parked     prometheus.Counter
+	openedOf, registrationsOf, decidedOf, votesOf, acksOf *seriesOf[[3]string, prometheus.Counter]
+	decisionOf, completionOf                              *seriesOf[[3]string, prometheus.Observer]
+	// The request counter and histogram of each route, method and status seen.
+	requests  *seriesOf[requestKey, requestSeries]
+	retention prometheus.Counter
+	parked    prometheus.Counter
 }
 
 var _ coordinator.Observer = (*Metrics)(nil)
@@ -80,7 +78,7 @@ var commitBuckets = []float64{.0001, .00025, .0005, .001, .0025, .005, .01, .025
 
 // New returns the metrics, registered.
 func New(opts Options) *Metrics {
-	m := &Metrics{registry: prometheus.NewRegistry(), jobLabel: !opts.NoJobLabel, requests: map[requestKey]requestSeries{}}
+	m := &Metrics{registry: prometheus.NewRegistry(), jobLabel: !opts.NoJobLabel}
 	job := func(labels ...string) []string {
 		if m.jobLabel {
 			return append([]string{"job"}, labels...)
@@ -133,13 +131,17 @@ func New(opts Options) *Metrics {
 		ConstLabels: prometheus.Labels{"version": opts.Version, "store": opts.Store},
 	})
 	build.Set(1)
-	m.openedOf = newSeriesOf(m.opened.WithLabelValues, m.jobLabel, 0)
-	m.registrationsOf = newSeriesOf(m.registrations.WithLabelValues, m.jobLabel, 0)
-	m.decidedOf = newSeriesOf(m.decided.WithLabelValues, m.jobLabel, 2)
-	m.votesOf = newSeriesOf(m.votes.WithLabelValues, m.jobLabel, 2)
-	m.acksOf = newSeriesOf(m.acks.WithLabelValues, m.jobLabel, 1)
-	m.decisionOf = newSeriesOf(m.decision.WithLabelValues, m.jobLabel, 1)
-	m.completionOf = newSeriesOf(m.completion.WithLabelValues, m.jobLabel, 0)
+	m.openedOf = jobSeries(m.opened.WithLabelValues, m.jobLabel, 0)
+	m.registrationsOf = jobSeries(m.registrations.WithLabelValues, m.jobLabel, 0)
+	m.decidedOf = jobSeries(m.decided.WithLabelValues, m.jobLabel, 2)
+	m.votesOf = jobSeries(m.votes.WithLabelValues, m.jobLabel, 2)
+	m.acksOf = jobSeries(m.acks.WithLabelValues, m.jobLabel, 1)
+	m.decisionOf = jobSeries(m.decision.WithLabelValues, m.jobLabel, 1)
+	m.completionOf = jobSeries(m.completion.WithLabelValues, m.jobLabel, 0)
+	m.requests = newSeriesOf(func(k requestKey) requestSeries {
+		return requestSeries{count: m.httpRequests.WithLabelValues(k.route, k.method, strconv.Itoa(k.status)),
+			duration: m.httpDuration.WithLabelValues(k.route, k.method)}
+	})
 	m.registry.MustRegister(m.opened, m.decided, m.votes, m.acks, m.registrations, m.decision, m.completion,
 		m.httpRequests, m.httpDuration, m.storeCommit, m.retention, m.parked, build,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
@@ -161,10 +163,10 @@ func New(opts Options) *Metrics {
 // completions of one committed update.
 func (m *Metrics) Changed(job string, now time.Time, mu *coordinator.Mutation) {
 	if mu.Opened != nil {
-		m.openedOf.get(job, "", "").Inc()
+		m.openedOf.get(m.key(job, "", "")).Inc()
 	}
 	if n := len(mu.Epochs); n > 0 {
-		m.registrationsOf.get(job, "", "").Add(float64(n))
+		m.registrationsOf.get(m.key(job, "", "")).Add(float64(n))
 	}
 	seen := map[int64]bool{}
 	for _, cp := range mu.Statuses {
@@ -179,23 +181,23 @@ func (m *Metrics) Changed(job string, now time.Time, mu *coordinator.Mutation) {
 			if cp.Status != coordinator.StatusAborted {
 				decision = "commit"
 			}
-			m.decidedOf.get(job, decision, string(cp.DecisionCause)).Inc()
-			m.decisionOf.get(job, decision, "").Observe(cp.DecidedAt.Sub(cp.CreatedAt).Seconds())
+			m.decidedOf.get(m.key(job, decision, string(cp.DecisionCause))).Inc()
+			m.decisionOf.get(m.key(job, decision, "")).Observe(cp.DecidedAt.Sub(cp.CreatedAt).Seconds())
 		}
 		if cp.Status == coordinator.StatusCommitted && cp.CompletedAt != nil && cp.DecidedAt != nil {
-			m.completionOf.get(job, "", "").Observe(cp.CompletedAt.Sub(*cp.DecidedAt).Seconds())
+			m.completionOf.get(m.key(job, "", "")).Observe(cp.CompletedAt.Sub(*cp.DecidedAt).Seconds())
 		}
 	}
 }
 
 // Voted implements coordinator.Observer.
 func (m *Metrics) Voted(job string, kind coordinator.VoteKind, result string) {
-	m.votesOf.get(job, string(kind), result).Inc()
+	m.votesOf.get(m.key(job, string(kind), result)).Inc()
 }
 
 // Acked implements coordinator.Observer.
 func (m *Metrics) Acked(job string, result string) {
-	m.acksOf.get(job, result, "").Inc()
+	m.acksOf.get(m.key(job, result, "")).Inc()
 }
 
 // StoreCommit observes one store commit's duration.
@@ -217,17 +219,7 @@ func (m *Metrics) Request(route, method string, status int, d time.Duration) {
 	if !knownMethods[method] {
 		method = "other"
 	}
-	k := requestKey{route: route, method: method, status: status}
-	m.requestsMu.RLock()
-	series, ok := m.requests[k]
-	m.requestsMu.RUnlock()
-	if !ok {
-		series = requestSeries{count: m.httpRequests.WithLabelValues(route, method, strconv.Itoa(status)),
-			duration: m.httpDuration.WithLabelValues(route, method)}
-		m.requestsMu.Lock()
-		m.requests[k] = series
-		m.requestsMu.Unlock()
-	}
+	series := m.requests.get(requestKey{route: route, method: method, status: status})
 	series.count.Inc()
 	series.duration.Observe(d.Seconds())
 }
@@ -374,40 +366,46 @@ func (c *statsCollector) stats() *coordinator.Stats {
 	return st
 }
 
-// seriesOf keeps the series of one vector by their label values: the job's (when the
-// vector has the job label) and up to two more.
-type seriesOf[M any] struct {
-	with func(...string) M // the vector's WithLabelValues
-	job  bool              // whether its first label is the job
-	n    int               // how many labels it has besides the job
-	mu   sync.RWMutex
-	m    map[[3]string]M
-}
-
-func newSeriesOf[M any](with func(...string) M, job bool, n int) *seriesOf[M] {
-	return &seriesOf[M]{with: with, job: job, n: n, m: map[[3]string]M{}}
-}
-
-// get returns the series of job and the values a and b ("" where the vector has fewer
-// labels), made the first time.
-func (s *seriesOf[M]) get(job, a, b string) M {
-	if !s.job {
-		job = ""
+// key is the key of job's series with the other label values a and b ("" where the
+// vector has fewer): the label values in order, the job's first unless it is dropped.
+func (m *Metrics) key(job, a, b string) [3]string {
+	if m.jobLabel {
+		return [3]string{job, a, b}
 	}
-	k := [3]string{job, a, b}
+	return [3]string{a, b, ""}
+}
+
+// jobSeries keeps the series of a vector with the job label (unless dropped) and n more,
+// by key.
+func jobSeries[M any](with func(...string) M, jobLabel bool, n int) *seriesOf[[3]string, M] {
+	if jobLabel {
+		n++
+	}
+	return newSeriesOf(func(k [3]string) M { return with(k[:n]...) })
+}
+
+// seriesOf keeps series by their key, each made by create the first time it is asked for:
+// the hot paths find their series without client_golang hashing and checking the label
+// values at every call.
+type seriesOf[K comparable, M any] struct {
+	create func(K) M
+	mu     sync.RWMutex
+	m      map[K]M
+}
+
+func newSeriesOf[K comparable, M any](create func(K) M) *seriesOf[K, M] {
+	return &seriesOf[K, M]{create: create, m: map[K]M{}}
+}
+
+func (s *seriesOf[K, M]) get(k K) M {
 	s.mu.RLock()
 	v, ok := s.m[k]
 	s.mu.RUnlock()
-	if ok {
-		return v
+	if !ok {
+		v = s.create(k)
+		s.mu.Lock()
+		s.m[k] = v
+		s.mu.Unlock()
 	}
-	values := []string{a, b}[:s.n]
-	if s.job {
-		values = append([]string{job}, values...)
-	}
-	v = s.with(values...)
-	s.mu.Lock()
-	s.m[k] = v
-	s.mu.Unlock()
 	return v
 }

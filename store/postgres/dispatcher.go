@@ -192,16 +192,17 @@ func (d *dispatcher) next() []*groupcommit.Op {
 
 // answer answers a join request with the updates waiting for its jobs. If there are none
 // and the linger policy lets the batch wait, it answers nothing and returns false: the
-// caller parks the request.
+// caller parks the request. Like next, it looks at the context only of the updates it
+// would take.
 func (d *dispatcher) answer(req joinRequest) bool {
 	var joined []*groupcommit.Op
 	rest := d.waiting[:0]
 	for _, o := range d.waiting {
 		switch {
-		case o.Abandoned() || o.Ctx.Err() != nil:
-			o.Drop()
 		case len(joined) >= req.max || !req.jobs[o.Job]:
 			rest = append(rest, o)
+		case o.Abandoned() || o.Ctx.Err() != nil:
+			o.Drop()
 		default:
 			joined = append(joined, o)
 		}

@@ -66,3 +66,27 @@ func jobsOf(ops []*groupcommit.Op) []string {
 	}
 	return jobs
 }
+
+// TestAnswerJoinsOnlyTheBatchsJobs: a join request gets, in order and up to its bound, the
+// waiting updates of its jobs, those whose context ended dropped; the others stay waiting,
+// ended ones included, for next to look at.
+func TestAnswerJoinsOnlyTheBatchsJobs(t *testing.T) {
+	ended, cancel := context.WithCancel(context.Background())
+	cancel()
+	live := context.Background()
+	a1, aEnded, a2, a3 := &groupcommit.Op{Ctx: live, Job: "a"}, &groupcommit.Op{Ctx: ended, Job: "a"},
+		&groupcommit.Op{Ctx: live, Job: "a"}, &groupcommit.Op{Ctx: live, Job: "a"}
+	b, bEnded := &groupcommit.Op{Ctx: live, Job: "b"}, &groupcommit.Op{Ctx: ended, Job: "b"}
+	disp := &dispatcher{c: &committer{maxBatch: 10}, busy: map[string]bool{}, linger: newLingerPolicy(time.Now),
+		waiting: []*groupcommit.Op{b, a1, bEnded, aEnded, a2, a3}}
+	req := joinRequest{jobs: map[string]bool{"a": true}, max: 2, reply: make(chan []*groupcommit.Op, 1)}
+	if !disp.answer(req) {
+		t.Fatal("a join request with updates waiting for its job was not answered")
+	}
+	if got := <-req.reply; !slices.Equal(got, []*groupcommit.Op{a1, a2}) {
+		t.Fatalf("joined %v, want a, a (the live ones, up to the bound)", jobsOf(got))
+	}
+	if want := []*groupcommit.Op{b, bEnded, a3}; !slices.Equal(disp.waiting, want) {
+		t.Fatalf("left waiting %v, want b, b, a", jobsOf(disp.waiting))
+	}
+}

@@ -43,3 +43,9 @@ func CommitRetry(s *Store, ops []*groupcommit.Op) error {
 	_, _, err := s.committer.commit(ops, false, false)
 	return err
 }
+
+// OwingReads is how often the store's Owing read what is owed (viewSQL), rather than
+// answering from its cached state confirmed by the job's version.
+func OwingReads(s *Store) int64 {
+	return s.owingReads.Load()
+}

@@ -357,3 +357,61 @@ func TestJobChangedElsewhereWakesWaiters(t *testing.T) {
 		t.Fatal("pa's long-poll was not woken by the job deleted elsewhere")
 	}
 }
+
+// A participant that owes something by what this process cached is answered from that
+// state once the job's version confirms it, without reading what is owed; an ack through
+// another coordinator, which this one does not hear of, moves the version, and the answer
+// is read: the participant is not told it owes what it has acked.
+func TestOwedConfirmedByTheJobsVersion(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	stores := listeningStores(t, 2)
+	s := stores[0]
+	svc, other := coordinator.NewService(s, nil), coordinator.NewService(stores[1], nil)
+	epochs := setUpJob(t, svc, time.Minute)
+	if _, _, err := svc.Prepare(ctx, "j", coordinator.PrepareRequest{}); err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range []string{"pa", "pb"} {
+		if _, err := svc.Vote(ctx, "j", 1, p, coordinator.Vote{Epoch: epochs[p], Kind: coordinator.VotePrepared}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	owes := func(p string) []coordinator.PendingItem {
+		t.Helper()
+		pending, err := svc.Pending(ctx, "j", p, 0, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return pending.Items
+	}
+	isCommit := func(items []coordinator.PendingItem) bool {
+		return len(items) == 1 && items[0].Checkpoint == 1 && items[0].Action == coordinator.ActionCommit
+	}
+	before := postgres.OwingReads(s)
+	for _, p := range []string{"pa", "pb"} {
+		if items := owes(p); !isCommit(items) {
+			t.Fatalf("%s's pending answered %+v, want its commit of 1", p, items)
+		}
+	}
+	if got := postgres.OwingReads(s) - before; got != 0 {
+		t.Errorf("pending of two participants owing their commit read %d times with the version unchanged, want 0", got)
+	}
+
+	if _, err := other.Ack(ctx, "j", 1, "pa", epochs["pa"]); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, _, ok := s.KnownOwing("j"); !ok {
+		t.Fatal("this coordinator dropped its cached state on the other's ack: the version is not what tells it")
+	}
+	before = postgres.OwingReads(s)
+	if items := owes("pa"); len(items) != 0 {
+		t.Fatalf("pa's pending after its ack through the other coordinator answered %+v, want nothing owed", items)
+	}
+	if items := owes("pb"); !isCommit(items) {
+		t.Fatalf("pb's pending answered %+v, want its commit of 1", items)
+	}
+	if got := postgres.OwingReads(s) - before; got != 2 {
+		t.Errorf("pending after another coordinator's ack read %d times, want 2 (the version moved)", got)
+	}
+}

@@ -187,6 +187,9 @@ var getCheckpointSQL = checkpointsSQL(`
 // issued, and is no more.
 const jobSeqSQL = "SELECT seq FROM jobs WHERE name = $1 AND NOT deleted"
 
+// jobVersionSQL reads job $1's version and the clock, unless it was deleted.
+const jobVersionSQL = "SELECT version, clock_timestamp() FROM jobs WHERE name = $1 AND NOT deleted"
+
 // jobExistsSQL tells whether job $1 exists.
 const jobExistsSQL = "SELECT EXISTS (SELECT 1 FROM jobs WHERE name = $1 AND NOT deleted)"
 

@@ -12,6 +12,7 @@ import (
 	"log/slog"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -59,6 +60,8 @@ type Store struct {
 	origin    string             // this process's name in announcements
 	health    writehealth.Record // what the writes met, for Ready
 	observe   func(time.Duration)
+
+	owingReads atomic.Int64 // Owing's reads of what is owed (viewSQL), for tests
 }
 
 var _ coordinator.Store = (*Store)(nil)
@@ -303,10 +306,26 @@ func (s *Store) View(ctx context.Context, job string, fn func(tx coordinator.Job
 	return translate(err)
 }
 
-// Owing implements coordinator.Store with viewSQL alone, outside any transaction: one
-// statement sees one snapshot, so it needs neither BEGIN nor COMMIT, and costs one round
-// trip.
+// Owing implements coordinator.Store. When the cache holds every checkpoint of the job on
+// which anything is owed (KnownOwing), it reads only the job's version and the clock: while
+// the version is the cached one, the cached state is what the database holds (DESIGN.md,
+// invariants 1 and 15), and it is the answer. Otherwise, or when the version moved, it
+// reads with viewSQL alone, outside any transaction: one statement sees one snapshot, so
+// it needs neither BEGIN nor COMMIT, and costs one round trip.
 func (s *Store) Owing(ctx context.Context, job, participant string) (*coordinator.Job, time.Time, []*coordinator.Checkpoint, error) {
+	if j, _, owing, ok := s.committer.cache.knownOwing(job); ok {
+		var version int64
+		var now time.Time
+		err := s.pool.QueryRow(ctx, jobVersionSQL, job).Scan(&version, &now)
+		switch {
+		case err == nil && version == j.Version:
+			return j, now.UTC(), coordinator.OwingOf(owing, participant), nil
+		case err != nil && !errors.Is(err, pgx.ErrNoRows):
+			return nil, time.Time{}, nil, translate(fmt.Errorf("read the version of %s: %w", job, err))
+		}
+		// Changed (or deleted) since: read it.
+	}
+	s.owingReads.Add(1)
 	var row viewRow
 	var found bool
 	rows, err := s.pool.Query(ctx, viewSQL, job)

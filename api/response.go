@@ -22,6 +22,20 @@ func writeJSON(w http.ResponseWriter, contentType string, status int, body any) 
 	buf := encodeBuffers.Get().(*bytes.Buffer)
 	defer putEncodeBuffer(buf)
 	buf.Reset()
+	if b, ok, err := appendAnswer(buf.AvailableBuffer(), body); ok {
+		// The answers of every round, encoded without encoding/json (encode.go).
+		if err != nil {
+			return err
+		}
+		w.Header()["Content-Type"] = contentTypeValue(contentType)
+		w.WriteHeader(status)
+		b = append(b, '\n')
+		_, err = w.Write(b)
+		if len(b) > buf.Available() {
+			buf.Grow(len(b)) // for the next answer: the pool keeps buffers as large as answers need
+		}
+		return err
+	}
 	enc := json.NewEncoder(buf)
 	enc.SetEscapeHTML(false)
 	var out committablesOut
@@ -32,6 +46,42 @@ func writeJSON(w http.ResponseWriter, contentType string, status int, body any) 
 	w.WriteHeader(status)
 	return out.write(w, buf.Bytes())
 }
+
+// appendAnswer appends body's encoding if it is one of the answers encode.go encodes (ok),
+// else it leaves body to encoding/json.
+func appendAnswer(b []byte, body any) (_ []byte, ok bool, err error) {
+	switch v := body.(type) {
+	case Checkpoint:
+		b, err = appendCheckpoint(b, &v)
+		return b, true, err
+	case *Checkpoint:
+		if v != nil {
+			b, err = appendCheckpoint(b, v)
+			return b, true, err
+		}
+	case Pending:
+		return appendPending(b, &v), true, nil
+	}
+	return b, false, nil
+}
+
+// contentTypeValue is a Content-Type header's value, shared by every answer that has it:
+// Header.Set would make a new one for each (net/http copies the header it writes, and
+// nothing changes a value in place).
+func contentTypeValue(contentType string) []string {
+	switch contentType {
+	case "application/json":
+		return jsonContentType
+	case "application/problem+json":
+		return problemContentType
+	}
+	return []string{contentType}
+}
+
+var (
+	jsonContentType    = []string{"application/json"}
+	problemContentType = []string{"application/problem+json"}
+)
 
 // encodeBuffers holds the buffers answers are encoded into (committables excepted, so a
 // few hundred bytes each): a ResponseWriter copies what it is given, so a buffer is free

@@ -107,3 +107,115 @@ func TestWriteJSONPutsCommittablesBackExactly(t *testing.T) {
 		}
 	})
 }
+
+// anyString draws the strings an answer may carry: plain names, and the ones encoding/json
+// escapes (quotes, backslashes, control characters, HTML characters, line separators,
+// invalid UTF-8, other Unicode).
+func anyString(t *rapid.T, label string) string {
+	return rapid.OneOf(
+		rapid.SampledFrom([]string{"", "sink-0", "a\"b", `back\slash`, "tab\tnew\nline", "\x00\x1f", "<&>", "\u2028\u2029", "é€😀", "\xff\xfe", "bad \xc3"}),
+		rapid.String(),
+		rapid.StringMatching(`[a-zA-Z0-9._:-]{1,40}`),
+	).Draw(t, label)
+}
+
+func anyTime(t *rapid.T, label string) time.Time {
+	sec := rapid.Int64Range(-62135596800, 253402300799).Draw(t, label+" s") // years 1 to 9999
+	nsec := rapid.SampledFrom([]int64{0, 1, 100, 120000000, 999999999, rapid.Int64Range(0, 999999999).Draw(t, label+" ns")}).Draw(t, label+" n")
+	at := time.Unix(sec, nsec).UTC()
+	if rapid.IntRange(0, 9).Draw(t, label+" zone") == 0 {
+		at = at.In(time.FixedZone("x", rapid.IntRange(-14*3600, 14*3600).Draw(t, label+" offset")))
+	}
+	return at
+}
+
+func optional[T any](t *rapid.T, label string, draw func(*rapid.T, string) T) *T {
+	if rapid.Bool().Draw(t, label+" set") {
+		v := draw(t, label)
+		return &v
+	}
+	return nil
+}
+
+// The answers writeJSON encodes itself (a checkpoint, full or minimal; pending work) are
+// byte for byte what encoding/json writes for the same value, for every field set or not,
+// whatever its strings and times hold.
+func TestAnswersEncodedAsEncodingJSONWould(t *testing.T) {
+	t.Parallel()
+	rapid.Check(t, func(t *rapid.T) {
+		cp := Checkpoint{
+			Job: anyString(t, "job"), Id: rapid.Int64().Draw(t, "id"), Status: CheckpointStatus(anyString(t, "status")),
+			AutoCommit: rapid.Bool().Draw(t, "auto"), CreatedAt: anyTime(t, "created"), Deadline: anyTime(t, "deadline"),
+			DecidedAt: optional(t, "decided", anyTime), CompletedAt: optional(t, "completed", anyTime),
+			AbortReason: optional(t, "reason", anyString), DecidedBy: optional(t, "by", anyString),
+		}
+		if cause := optional(t, "cause", anyString); cause != nil {
+			cp.DecisionCause = ptr(CheckpointDecisionCause(*cause))
+		}
+		if rapid.Bool().Draw(t, "counts") {
+			cp.Votes = &VoteCounts{Abort: rapid.Int().Draw(t, "va"), Missing: rapid.Int().Draw(t, "vm"), Prepared: rapid.Int().Draw(t, "vp")}
+			cp.Acks = &AckCounts{Done: rapid.Int().Draw(t, "ad"), Missing: rapid.Int().Draw(t, "am")}
+		}
+		if rapid.Bool().Draw(t, "participants set") {
+			cp.Participants = []CheckpointParticipant{}
+			for range rapid.IntRange(0, 4).Draw(t, "participants") {
+				p := CheckpointParticipant{Name: anyString(t, "name"), AckedAt: optional(t, "acked", anyTime),
+					AckedBy: optional(t, "acked by", anyString), Reason: optional(t, "vote reason", anyString),
+					VotedAt: optional(t, "voted", anyTime), Epoch: optional(t, "epoch", func(t *rapid.T, l string) int64 { return rapid.Int64().Draw(t, l) })}
+				if rapid.Bool().Draw(t, "has committables") {
+					p.Committables = committablesGen().Draw(t, "committables")
+				}
+				if v := optional(t, "vote", anyString); v != nil {
+					p.Vote = ptr(VoteKind(*v))
+				}
+				cp.Participants = append(cp.Participants, p)
+			}
+		}
+		pending := Pending{Job: anyString(t, "pjob"), Participant: anyString(t, "participant"), Epoch: rapid.Int64().Draw(t, "pepoch")}
+		if rapid.Bool().Draw(t, "items set") {
+			pending.Items = []PendingItem{}
+			for range rapid.IntRange(0, 3).Draw(t, "items") {
+				it := PendingItem{Action: PendingAction(anyString(t, "action")), Checkpoint: rapid.Int64().Draw(t, "item id"),
+					Status: CheckpointStatus(anyString(t, "item status"))}
+				if rapid.Bool().Draw(t, "item committables") {
+					it.Committables = committablesGen().Draw(t, "committables")
+				}
+				pending.Items = append(pending.Items, it)
+			}
+		}
+		for _, body := range []any{cp, &cp, pending} {
+			var buf bytes.Buffer
+			enc := json.NewEncoder(&buf)
+			enc.SetEscapeHTML(false)
+			wantErr := enc.Encode(body)
+			want := buf.Bytes()
+			got, ok, err := appendAnswer(nil, body)
+			if !ok || (err != nil) != (wantErr != nil) {
+				t.Fatalf("appendAnswer(%T): ok %v, error %v; encoding/json's error: %v", body, ok, err, wantErr)
+			}
+			if err != nil {
+				continue // refused by both (a time whose year is past 9999 where it is)
+			}
+			if got = append(got, '\n'); !bytes.Equal(got, want) {
+				t.Fatalf("appendAnswer(%T) wrote\n%q\nencoding/json writes\n%q", body, got, want)
+			}
+		}
+	})
+}
+
+// A time encoding/json refuses (a year past 9999) is refused here too: the answer is an
+// error, never a malformed body.
+func TestAnswerWithAnUnencodableTimeIsAnError(t *testing.T) {
+	t.Parallel()
+	cp := Checkpoint{Job: "j", Id: 1, CreatedAt: time.Date(10000, 1, 1, 0, 0, 0, 0, time.UTC)}
+	if _, err := json.Marshal(cp); err == nil {
+		t.Fatal("encoding/json encodes the year 10000; the test's premise is wrong")
+	}
+	if _, ok, err := appendAnswer(nil, cp); !ok || err == nil {
+		t.Fatalf("appendAnswer: ok %v, err %v; want an error", ok, err)
+	}
+	w := httptest.NewRecorder()
+	if err := writeJSON(w, "application/json", 200, cp); err == nil {
+		t.Fatalf("writeJSON answered %d %q; want an error", w.Code, w.Body.String())
+	}
+}

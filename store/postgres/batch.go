@@ -119,7 +119,7 @@ func (c *committer) commit(ops []*groupcommit.Op, join, useCache bool) (_, defer
 }
 
 func (b *batch) newTx() *jobTx {
-	return &jobTx{ctx: b.ctx, conn: b.conn, write: true, queue: b.queue, origin: b.c.store.origin, cache: b.c.cache}
+	return &jobTx{ctx: b.ctx, conn: b.conn, write: true, queue: b.queue, origin: b.c.store.origin, cache: b.c.cache, stale: b.stale}
 }
 
 // start gives the first update of each job its jobTx, and begins them: from the job's

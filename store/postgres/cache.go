@@ -26,11 +26,16 @@ var errStale = errors.New("postgres: cached job state is stale")
 func scanLockIfUnchanged(row pgx.Row, now *time.Time) error {
 	var one int64
 	err := row.Scan(now, &one)
-	var pgErr *pgconn.PgError
-	if errors.As(err, &pgErr) && pgErr.Code == "22012" {
+	if isDivisionByZero(err) {
 		return fmt.Errorf("%w (%w)", errStale, err) // the database's answer: nothing committed
 	}
 	return err
+}
+
+// isDivisionByZero tells the error with which a check fails its transaction.
+func isDivisionByZero(err error) bool {
+	var pgErr *pgconn.PgError
+	return errors.As(err, &pgErr) && pgErr.Code == "22012"
 }
 
 // jobState is what a committed batch left of a job, valid while its version is version
@@ -312,4 +317,5 @@ func (t *jobTx) resume(st *jobState, now, nowAt time.Time, hint int64) {
 	}
 	t.start(coordinator.CloneJob(st.job), cps, now, nowAt, hint)
 	t.owedOutside, t.knowsOwed, t.since = st.owedOutside, st.knowsOwed, st.since
+	t.assumeKeys = true
 }

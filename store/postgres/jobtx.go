@@ -78,6 +78,12 @@ type jobTx struct {
 	// began from was this process's and changed only checkpoints (coordinator.Changed), 0
 	// if none is known: the version read under the lock, or the cached state's since.
 	since int64
+	// assumeKeys is set for an update that began from a cached state (or from the update
+	// before it in the batch, which did): an Idempotency-Key is then taken for unused
+	// without a read, checked by a statement that fails the transaction otherwise (DESIGN.md,
+	// invariant 16). stale is the batch's: set once such a check fails.
+	assumeKeys bool
+	stale      *bool
 }
 
 // recorded is a vote (ack false) or an ack recorded on a checkpoint.
@@ -266,6 +272,7 @@ func (t *jobTx) handOn(next *jobTx, hint int64) bool {
 	next.version = t.version
 	next.start(coordinator.CloneJob(t.job), t.checkpoints, t.now.Add(time.Since(t.nowAt)).Truncate(time.Microsecond), t.nowAt, hint)
 	next.owedOutside, next.knowsOwed, next.since = t.owedOutside, t.knowsOwed, t.since
+	next.assumeKeys = t.assumeKeys
 	t.checkpoints = nil
 	return true
 }
@@ -585,6 +592,22 @@ func (t *jobTx) Owing(ctx context.Context, participant string) ([]*coordinator.C
 
 func (t *jobTx) Idempotency(ctx context.Context, key string) (coordinator.IdempotencyRecord, bool, error) {
 	rec := coordinator.IdempotencyRecord{Key: key}
+	if t.assumeKeys && t.stale != nil {
+		// A key is used again only when a client retries a prepare: assume it is not, and
+		// let the check, sent with the writes, fail the batch if it is. The batch then runs
+		// again reading every job (its jobs no longer cached for a while), and this reads.
+		stale := t.stale
+		t.queue.addScan("check that Idempotency-Key "+key+" is unused", func(row pgx.Row) error {
+			var one int64
+			err := row.Scan(&one)
+			if isDivisionByZero(err) {
+				*stale = true
+				return fmt.Errorf("%w (Idempotency-Key used: %w)", errStale, err)
+			}
+			return err
+		}, keyUnusedSQL, t.job.Name, key)
+		return rec, false, nil
+	}
 	results, err := t.queue.send(t.ctx, t.conn, func(b *pgx.Batch) {
 		b.Queue(idempotencyKeySQL, t.job.Name, key)
 	})

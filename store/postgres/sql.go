@@ -212,6 +212,12 @@ const insertCheckpointSQL = `
 // idempotencyKeySQL reads what Idempotency-Key $2 of job $1 opened.
 const idempotencyKeySQL = "SELECT fingerprint, checkpoint_id FROM idempotency_keys WHERE job = $1 AND key = $2"
 
+// keyUnusedSQL checks that Idempotency-Key $2 of job $1 opened nothing, failing the
+// transaction (division_by_zero, as lockIfUnchangedSQL) if it did: a cached job's prepare
+// assumes so without a read, and this check goes with its writes and COMMIT (DESIGN.md,
+// invariant 16).
+const keyUnusedSQL = "SELECT 1 / (1 - count(*)) FROM idempotency_keys WHERE job = $1 AND key = $2"
+
 // recordIdempotencyKeySQL records that Idempotency-Key $2 of job $1, with request
 // fingerprint $3, opened checkpoint $4.
 const recordIdempotencyKeySQL = "INSERT INTO idempotency_keys (job, key, fingerprint, checkpoint_id) VALUES ($1, $2, $3, $4)"

@@ -108,7 +108,10 @@ func setupJobs(ctx context.Context, c *benchClient, cfg benchConfig) ([]*benchJo
 func (j *benchJob) setup(ctx context.Context, c *benchClient, config []byte) error {
 	jobPath := "/v1/jobs/" + j.name
 	var job jobAnswer
-	if _, err := c.do(ctx, http.MethodPut, jobPath, config, http.StatusCreated, &job); err != nil {
+	if err := retryUnavailable(ctx, func() error {
+		_, err := c.do(ctx, http.MethodPut, jobPath, config, http.StatusCreated, &job)
+		return err
+	}); err != nil {
 		var re *requestError
 		if !errors.As(err, &re) || re.code != "http_200" {
 			return fmt.Errorf("create job %s: %w", j.name, err)
@@ -118,13 +121,37 @@ func (j *benchJob) setup(ctx context.Context, c *benchClient, config []byte) err
 	return j.register(ctx, c)
 }
 
+// retryUnavailable runs do again, up to four more times with a growing pause, while it
+// fails with 503 unavailable, which says that nothing was applied: creating many jobs at
+// once can find a row or the table locked by the others' inserts longer than the
+// coordinator's lock_timeout. The setup is not measured; the rounds never retry.
+func retryUnavailable(ctx context.Context, do func() error) error {
+	pause := 20 * time.Millisecond
+	for attempt := 1; ; attempt++ {
+		err := do()
+		var re *requestError
+		if err == nil || attempt == 5 || !errors.As(err, &re) || re.code != "unavailable" {
+			return err
+		}
+		select {
+		case <-ctx.Done():
+			return err
+		case <-time.After(pause):
+		}
+		pause *= 2
+	}
+}
+
 // register starts a new epoch for every participant (which aborts any checkpoint an earlier
 // run left preparing), acks what each still owes, and reads the job's last checkpoint id.
 func (j *benchJob) register(ctx context.Context, c *benchClient) error {
 	jobPath := "/v1/jobs/" + j.name
 	for _, p := range j.participants {
 		var reg registrationAnswer
-		if _, err := c.do(ctx, http.MethodPost, jobPath+"/participants/"+p.name+"/register", nil, http.StatusOK, &reg); err != nil {
+		if err := retryUnavailable(ctx, func() error {
+			_, err := c.do(ctx, http.MethodPost, jobPath+"/participants/"+p.name+"/register", nil, http.StatusOK, &reg)
+			return err
+		}); err != nil {
 			return fmt.Errorf("register %s/%s: %w", j.name, p.name, err)
 		}
 		p.setEpoch(reg.Epoch, j.committables)

@@ -26,9 +26,10 @@ type committer struct {
 	cache    *stateCache
 }
 
-// defaultWriters is how many batches commit at once unless Options.Writers says: fewer
-// make larger transactions, and two did best on two cores (cmd/coordinator/BENCH.md); one
-// would stall everything behind a batch waiting for a lock another process holds.
+// defaultWriters is how many batches may commit at once unless Options.Writers says: one
+// would stall everything behind a batch waiting for a lock another process holds, or for
+// a slow commit. The second starts only beside a batch that has run overlapAfter, so that
+// quick commits go one at a time, in larger transactions (cmd/coordinator/BENCH.md).
 const defaultWriters = 2
 
 // batchTimeout bounds one group commit; requests give up earlier on their own deadline.

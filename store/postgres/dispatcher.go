@@ -1,6 +1,7 @@
 package postgres
 
 import (
+	"slices"
 	"time"
 
 	"github.com/twophase/coordinator/coordinator"
@@ -32,6 +33,7 @@ type dispatcher struct {
 	parked   []joinRequest     // join requests held for followers, oldest first
 	linger   *lingerPolicy     // whether they may be held
 	running  int               // batches running
+	starts   []time.Time       // when each running batch started, oldest first
 	finished chan batchDone
 	// Jobs whose row was found locked by another transaction: their updates wait until
 	// retry, then run again; the wait doubles while the job stays locked (DESIGN.md,
@@ -44,6 +46,7 @@ type dispatcher struct {
 // is locked elsewhere.
 type batchDone struct {
 	ops, deferred []*groupcommit.Op
+	started       time.Time
 }
 
 // The wait before an update of a job locked elsewhere runs again: first, and at most.
@@ -75,6 +78,9 @@ func (c *committer) dispatch() {
 			d.reanswer()
 		case done := <-d.finished:
 			d.running--
+			if i := slices.Index(d.starts, done.started); i >= 0 {
+				d.starts = slices.Delete(d.starts, i, i+1)
+			}
 			d.batchDone(done)
 		case <-c.stop:
 			d.stop()
@@ -83,19 +89,39 @@ func (c *committer) dispatch() {
 	}
 }
 
-// startBatches hands batches to free workers while there are updates they can take.
+// startBatches hands batches to free workers while there are updates they can take. With
+// a batch running, another starts beside it only if it may overlap (mayOverlap).
 func (d *dispatcher) startBatches() {
 	for d.running < d.c.workers {
+		now := time.Now()
+		if d.running > 0 && !d.mayOverlap(now) {
+			return
+		}
 		batch := d.next()
 		if len(batch) == 0 {
 			return
 		}
 		d.running++
+		d.starts = append(d.starts, now)
 		go func() {
 			ops, deferred := d.c.run(batch)
-			d.finished <- batchDone{ops, deferred}
+			d.finished <- batchDone{ops, deferred, now}
 		}()
 	}
+}
+
+// overlapAfter is how long the latest batch runs before another may start beside it.
+// Group commits that overlap are smaller: the updates that come while one commits make
+// the next batch, and every batch costs PostgreSQL a commit and each job a lock check, so
+// while commits are quick, one at a time does more with the same CPU. A batch that runs
+// longer is waiting (for a lock another transaction holds, a slow disk, a far synchronous
+// standby), and the updates that came meanwhile go on beside it instead of behind it.
+const overlapAfter = 5 * time.Millisecond
+
+// mayOverlap tells whether a batch may start beside those running: the latest of them has
+// run overlapAfter, or a whole batch of updates waits, which would not grow by waiting.
+func (d *dispatcher) mayOverlap(now time.Time) bool {
+	return len(d.waiting) >= d.c.maxBatch || now.Sub(d.starts[len(d.starts)-1]) >= overlapAfter
 }
 
 func (d *dispatcher) claim(o *groupcommit.Op) {
@@ -241,6 +267,13 @@ func (d *dispatcher) wake() <-chan time.Time {
 	}
 	for _, at := range d.retry {
 		if first.IsZero() || at.Before(first) {
+			first = at
+		}
+	}
+	if d.running > 0 && d.running < d.c.workers && len(d.waiting) > 0 {
+		// When a batch may start beside the running ones; if that time has passed and none
+		// started, what waits cannot run yet, and an arrival or a batch's end wakes the loop.
+		if at := d.starts[len(d.starts)-1].Add(overlapAfter); at.After(time.Now()) && (first.IsZero() || at.Before(first)) {
 			first = at
 		}
 	}

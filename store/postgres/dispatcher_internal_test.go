@@ -90,3 +90,54 @@ func TestAnswerJoinsOnlyTheBatchsJobs(t *testing.T) {
 		t.Fatalf("left waiting %v, want b, b, a", jobsOf(disp.waiting))
 	}
 }
+
+// TestABatchStartsBesideAnotherOnlyOnceItRanAWhile: with a batch running and a writer
+// free, another batch may start only once the latest running one has run overlapAfter
+// (it is waiting on something: a lock, a slow commit), or at once if a whole batch of
+// updates waits; until then the loop is woken when that time comes, and not after it.
+func TestABatchStartsBesideAnotherOnlyOnceItRanAWhile(t *testing.T) {
+	now := time.Now()
+	op := func(job string) *groupcommit.Op { return &groupcommit.Op{Ctx: context.Background(), Job: job} }
+	disp := &dispatcher{
+		c:       &committer{maxBatch: 3, workers: 2},
+		busy:    map[string]bool{},
+		retry:   map[string]time.Time{},
+		running: 1,
+		starts:  []time.Time{now},
+		waiting: []*groupcommit.Op{op("a"), op("b")},
+	}
+	if disp.mayOverlap(now.Add(overlapAfter / 2)) {
+		t.Fatalf("a batch may start beside one that has run %v", overlapAfter/2)
+	}
+	if !disp.mayOverlap(now.Add(overlapAfter)) {
+		t.Fatalf("no batch may start beside one that has run %v", overlapAfter)
+	}
+	// The loop wakes when the running batch has run overlapAfter.
+	if disp.wake() == nil {
+		t.Fatal("no wake-up for when a batch may start beside the running one")
+	}
+	select {
+	case <-disp.wake():
+		if time.Since(now) < overlapAfter {
+			t.Fatalf("woken %v after the batch started, before %v", time.Since(now), overlapAfter)
+		}
+	case <-time.After(time.Second):
+		t.Fatal("not woken within a second")
+	}
+	// Past that time, nothing to wake for: what waits could not run (its jobs busy), and an
+	// arrival or a batch's end wakes the loop.
+	if w := disp.wake(); w != nil {
+		t.Fatal("woken again for a time already past")
+	}
+	// A whole batch waiting starts at once.
+	disp.starts = []time.Time{time.Now()}
+	disp.waiting = append(disp.waiting, op("c"))
+	if !disp.mayOverlap(time.Now()) {
+		t.Fatal("a whole batch waiting may not start beside the running one")
+	}
+	// One writer: never.
+	disp.c.workers = 1
+	if w := disp.wake(); w != nil {
+		t.Fatal("woken for an overlap with one writer")
+	}
+}

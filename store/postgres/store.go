@@ -38,8 +38,9 @@ type Options struct {
 	// MaxConns bounds the pool (default: pgxpool's, 4 or the number of CPUs).
 	MaxConns int32
 	// Writers is how many group commits may be in flight at once (default 2); a job is in
-	// one at a time. Fewer writers make larger transactions (less CPU per update, the
-	// updates that come during a commit wait for the next); more overlap commits.
+	// one at a time, and one starts beside the running ones only once the latest has run
+	// a while (overlapAfter). Fewer writers make larger transactions (less CPU per update,
+	// the updates that come during a commit wait for the next); more overlap commits.
 	Writers int
 	// MaxBatch bounds how many updates one group commit takes (default 64).
 	MaxBatch int

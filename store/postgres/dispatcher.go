@@ -32,8 +32,7 @@ type dispatcher struct {
 	busy     map[string]bool   // jobs in a running batch
 	parked   []joinRequest     // join requests held for followers, oldest first
 	linger   *lingerPolicy     // whether they may be held
-	running  int               // batches running
-	starts   []time.Time       // when each running batch started, oldest first
+	starts   []time.Time       // when each running batch started, oldest first: one per batch running
 	finished chan batchDone
 	// Jobs whose row was found locked by another transaction: their updates wait until
 	// retry, then run again; the wait doubles while the job stays locked (DESIGN.md,
@@ -77,7 +76,6 @@ func (c *committer) dispatch() {
 		case <-d.wake():
 			d.reanswer()
 		case done := <-d.finished:
-			d.running--
 			if i := slices.Index(d.starts, done.started); i >= 0 {
 				d.starts = slices.Delete(d.starts, i, i+1)
 			}
@@ -92,16 +90,15 @@ func (c *committer) dispatch() {
 // startBatches hands batches to free workers while there are updates they can take. With
 // a batch running, another starts beside it only if it may overlap (mayOverlap).
 func (d *dispatcher) startBatches() {
-	for d.running < d.c.workers {
+	for len(d.starts) < d.c.workers {
 		now := time.Now()
-		if d.running > 0 && !d.mayOverlap(now) {
+		if len(d.starts) > 0 && !d.mayOverlap(now) {
 			return
 		}
 		batch := d.next()
 		if len(batch) == 0 {
 			return
 		}
-		d.running++
 		d.starts = append(d.starts, now)
 		go func() {
 			ops, deferred := d.c.run(batch)
@@ -270,7 +267,7 @@ func (d *dispatcher) wake() <-chan time.Time {
 			first = at
 		}
 	}
-	if d.running > 0 && d.running < d.c.workers && len(d.waiting) > 0 {
+	if len(d.starts) > 0 && len(d.starts) < d.c.workers && len(d.waiting) > 0 {
 		// When a batch may start beside the running ones; if that time has passed and none
 		// started, what waits cannot run yet, and an arrival or a batch's end wakes the loop.
 		if at := d.starts[len(d.starts)-1].Add(overlapAfter); at.After(time.Now()) && (first.IsZero() || at.Before(first)) {
@@ -289,7 +286,7 @@ func (d *dispatcher) stop() {
 	for _, req := range d.parked {
 		req.reply <- nil
 	}
-	for ; d.running > 0; d.running-- {
+	for range d.starts {
 		done := <-d.finished
 		for _, o := range done.deferred {
 			o.Finish(coordinator.Unavailable(groupcommit.ErrClosed))

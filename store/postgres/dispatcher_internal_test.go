@@ -102,7 +102,6 @@ func TestABatchStartsBesideAnotherOnlyOnceItRanAWhile(t *testing.T) {
 		c:       &committer{maxBatch: 3, workers: 2},
 		busy:    map[string]bool{},
 		retry:   map[string]time.Time{},
-		running: 1,
 		starts:  []time.Time{now},
 		waiting: []*groupcommit.Op{op("a"), op("b")},
 	}

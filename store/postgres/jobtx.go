@@ -592,7 +592,7 @@ func (t *jobTx) Owing(ctx context.Context, participant string) ([]*coordinator.C
 
 func (t *jobTx) Idempotency(ctx context.Context, key string) (coordinator.IdempotencyRecord, bool, error) {
 	rec := coordinator.IdempotencyRecord{Key: key}
-	if t.assumeKeys && t.stale != nil {
+	if t.assumeKeys {
 		// A key is used again only when a client retries a prepare: assume it is not, and
 		// let the check, sent with the writes, fail the batch if it is. The batch then runs
 		// again reading every job (its jobs no longer cached for a while), and this reads.

@@ -11,6 +11,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/go-chi/chi/v5"
@@ -100,10 +101,15 @@ func newHandler(ssi StrictServerInterface, opts Options) http.Handler {
 		opts.Logger = slog.Default()
 	}
 	pw := &problemWriter{logger: opts.Logger}
-
-	r := chi.NewRouter()
+	mux := newRouter(ssi, opts, pw)
 	routes := new(routeTable)
-	r.Use(front(opts, pw, routes))
+	routes.load(mux.Routes())
+	return front(opts, pw, routes)(mux)
+}
+
+// newRouter is the router of the generated routes on ssi, which front comes before.
+func newRouter(ssi StrictServerInterface, opts Options, pw *problemWriter) *chi.Mux {
+	r := chi.NewRouter()
 	r.NotFound(pw.notFound)
 	r.MethodNotAllowed(methodNotAllowed(r, pw))
 
@@ -112,34 +118,28 @@ func newHandler(ssi StrictServerInterface, opts Options) http.Handler {
 		RequestErrorHandlerFunc:  pw.requestErrorHandler,
 		ResponseErrorHandlerFunc: pw.write,
 	})
-	h := HandlerWithOptions(boundOperations{ServerInterface: strict, ssi: ssi, pw: pw}, ChiServerOptions{
+	HandlerWithOptions(boundOperations{ServerInterface: strict, ssi: ssi, pw: pw}, ChiServerOptions{
 		BaseRouter:       r,
 		ErrorHandlerFunc: pw.paramErrorHandler,
 		// The last runs first: the input check, then the bound on long-polls.
 		Middlewares: []MiddlewareFunc{waiterLimit(opts.MaxWaiters, pw), operationMiddleware(opts, pw)},
 	})
-	if len(r.Middlewares()) != 1 {
+	if len(r.Middlewares()) != 0 {
 		// A route front finds is served without going through the router's middlewares.
-		panic("api: front must be the router's only middleware")
+		panic("api: the router must have no middlewares: front comes before it")
 	}
-	routes.load(r.Routes())
-	return h
+	return r
 }
 
 // operationMiddleware runs once the route is known and its parameters parsed, before the
 // generated code reads the body: it refuses what the token does not allow, then applies
-// the timeout and the strict input check of the query string and the body.
+// the strict input check of the query string and the body. (front has set the timeout.)
 func operationMiddleware(opts Options, pw *problemWriter) MiddlewareFunc {
 	return func(next http.Handler) http.Handler {
 		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 			if err := authorize(r); err != nil {
 				pw.write(w, r, err)
 				return
-			}
-			if opts.RequestTimeout > 0 {
-				ctx, cancel := context.WithTimeout(r.Context(), opts.RequestTimeout+longPoll(r))
-				defer cancel()
-				r = r.WithContext(ctx)
 			}
 			if err := checkQuery(r); err != nil {
 				pw.write(w, r, err)
@@ -222,7 +222,7 @@ func saneRequestID(id string) bool {
 }
 
 // front is what every request goes through before its route is found, in this order: its
-// request id, its access log line, the recovery from a panic, the browser and Host guards,
+// request id and timeout, its access log line, the recovery from a panic, the browser and Host guards,
 // its token, HEAD routed as GET, and the route found in routes (or by chi, next, when
 // routes cannot tell). One handler calls each step in turn, rather than one handler per
 // step wrapping the next: a request waiting for its commit holds every frame of its stack
@@ -231,8 +231,20 @@ func saneRequestID(id string) bool {
 func front(opts Options, pw *problemWriter, routes *routeTable) func(http.Handler) http.Handler {
 	check := guards(opts)
 	return func(next http.Handler) http.Handler {
+		// In front of a chi router, front gives each request the router's routing context
+		// itself, from a pool as chi does, so that the request is copied once, not twice.
+		mux, _ := next.(*chi.Mux)
+		rctxs := sync.Pool{New: func() any { return chi.NewRouteContext() }}
 		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-			r = withRequestID(w, r)
+			var rctx *chi.Context
+			if mux != nil {
+				rctx = rctxs.Get().(*chi.Context)
+				rctx.Reset()
+				rctx.Routes = mux
+				defer rctxs.Put(rctx) // after the access log, which reads the route
+			}
+			r, cancel := withRequestContext(w, r, rctx, opts.RequestTimeout)
+			defer cancel()
 			aw := &answerWriter{ResponseWriter: w, req: r}
 			// Deferred, so that a request aborted by a panic (http.ErrAbortHandler, passed
 			// on by recoverPanic) is logged too; recoverPanic runs first, and the line
@@ -264,15 +276,27 @@ func front(opts Options, pw *problemWriter, routes *routeTable) func(http.Handle
 	}
 }
 
-// withRequestID takes the caller's X-Request-Id when it is sane, else makes one, puts it
-// in the context and sets it on the response before anything else can answer.
-func withRequestID(w http.ResponseWriter, r *http.Request) *http.Request {
+// withRequestContext gives r, in one copy of the request (each copy is garbage to
+// collect), the context it is served with: its request id (the caller's X-Request-Id
+// when it is sane, else a new one, also set on the response before anything else can
+// answer), rctx as chi's routing context when not nil (chi then routes with it instead of
+// copying the request to add its own), and the request's timeout (a long poll's wait_ms on
+// top), which cancel releases.
+func withRequestContext(w http.ResponseWriter, r *http.Request, rctx *chi.Context, timeout time.Duration) (_ *http.Request, cancel context.CancelFunc) {
 	id := r.Header.Get("X-Request-Id")
 	if !saneRequestID(id) {
 		id = rand.Text()
 	}
 	w.Header().Set("X-Request-Id", id)
-	return r.WithContext(coordinator.WithRequestID(r.Context(), id))
+	ctx := coordinator.WithRequestID(r.Context(), id)
+	if rctx != nil {
+		ctx = context.WithValue(ctx, chi.RouteCtxKey, rctx)
+	}
+	cancel = func() {}
+	if timeout > 0 {
+		ctx, cancel = context.WithTimeout(ctx, timeout+longPoll(r))
+	}
+	return r.WithContext(ctx), cancel
 }
 
 // headAsGet routes a HEAD request as GET when no route answers HEAD itself, as chi's

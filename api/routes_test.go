@@ -24,7 +24,7 @@ func tableLookup(t *routeTable, method, target string) (http.Handler, *chi.Conte
 // from its pattern is found by the route table with the pattern, the parameters and the
 // path values chi's own lookup gives it.
 func TestRouteTableFindsWhatChiFinds(t *testing.T) {
-	mux := newHandler(stubServer{}, Options{Logger: slog.New(slog.DiscardHandler), AllowedHosts: testHosts}).(*chi.Mux)
+	mux := newRouter(stubServer{}, Options{AllowedHosts: testHosts}, &problemWriter{logger: slog.New(slog.DiscardHandler)})
 	var table routeTable
 	table.load(mux.Routes())
 	checked := 0
@@ -84,7 +84,7 @@ func TestRouteTableFindsWhatChiFinds(t *testing.T) {
 // segment, unknown paths, methods a route has no handler for, and paths two routes match
 // (chi prefers the static one) are not found in the table, so that chi routes them.
 func TestRouteTableLeavesToChiWhatItCannotTell(t *testing.T) {
-	mux := newHandler(stubServer{}, Options{Logger: slog.New(slog.DiscardHandler), AllowedHosts: testHosts}).(*chi.Mux)
+	mux := newRouter(stubServer{}, Options{AllowedHosts: testHosts}, &problemWriter{logger: slog.New(slog.DiscardHandler)})
 	var table routeTable
 	table.load(mux.Routes())
 	for _, c := range []struct{ method, target string }{

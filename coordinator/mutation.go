@@ -67,10 +67,7 @@ func (m *Mutation) Apply(job *Job, cps map[int64]*Checkpoint) (complete bool) {
 		job.Seq = max(job.Seq, m.Opened.ID)
 	}
 	for _, e := range m.Epochs {
-		if job.Epochs == nil {
-			job.Epochs = map[string]int64{}
-		}
-		job.Epochs[e.Participant] = e.Epoch
+		job.SetEpoch(e.Participant, e.Epoch)
 	}
 	for _, changes := range [][]ParticipantChange{m.Votes, m.Acks} {
 		for _, c := range changes {
@@ -111,9 +108,18 @@ func (c *Checkpoint) setDecision(from *Checkpoint) {
 
 // CloneJob returns a copy of a job whose Epochs and Seq can change without changing j, for
 // the rules to decide on, or a state that outlives the transaction that read it. Its
-// configuration is shared: a configuration is replaced whole, never changed in place.
+// configuration and its Epochs are shared: each is replaced whole, never changed in place
+// (SetEpoch), so that a copy costs no map (one is made for every update).
 func CloneJob(j *Job) *Job {
 	out := *j
-	out.Epochs = maps.Clone(j.Epochs)
 	return &out
+}
+
+// SetEpoch gives participant epoch in j.Epochs, a new map: the one j had may be shared
+// with copies (CloneJob).
+func (j *Job) SetEpoch(participant string, epoch int64) {
+	epochs := make(map[string]int64, len(j.Epochs)+1)
+	maps.Copy(epochs, j.Epochs)
+	epochs[participant] = epoch
+	j.Epochs = epochs
 }

@@ -376,11 +376,7 @@ func allAcked(cp *Checkpoint) bool {
 // (rule 5). It returns the new epoch.
 func (r *JobState) Register(participant string) int64 {
 	epoch := r.Job.Epoch(participant) + 1
-	job := r.ownJob()
-	if job.Epochs == nil {
-		job.Epochs = map[string]int64{}
-	}
-	job.Epochs[participant] = epoch
+	r.ownJob().SetEpoch(participant, epoch)
 	r.Mutation.Epochs = append(r.Mutation.Epochs, EpochChange{Participant: participant, Epoch: epoch})
 	for _, cp := range append([]*Checkpoint(nil), r.Preparing...) {
 		if cp.Status != StatusPreparing {

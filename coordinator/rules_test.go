@@ -2158,4 +2158,7 @@ func TestRulesLeaveTheStoresJobAlone(t *testing.T) {
 	if replayed.Seq != 5 || replayed.Epoch("a") != 3 {
 		t.Fatalf("the mutation replayed on the store's job: seq %d, epochs %v; want 5 and a=3", replayed.Seq, replayed.Epochs)
 	}
+	if stored.Epochs["a"] != 2 {
+		t.Fatalf("replaying the mutation on a copy changed the store's job: epochs %v", stored.Epochs)
+	}
 }

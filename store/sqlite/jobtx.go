@@ -259,7 +259,7 @@ func (t *jobTx) setEpoch(ctx context.Context, participant string, epoch int64) e
 	if err != nil {
 		return fmt.Errorf("set epoch of %s: %w", participant, err)
 	}
-	t.job.Epochs[participant] = epoch
+	t.job.SetEpoch(participant, epoch)
 	return nil
 }
 

@@ -34,6 +34,9 @@ func scanLockIfUnchanged(row pgx.Row, now *time.Time) error {
 
 // isDivisionByZero tells the error with which a check fails its transaction.
 func isDivisionByZero(err error) bool {
+	if err == nil {
+		return false // and no PgError to escape to the heap: it is asked of every check's row
+	}
 	var pgErr *pgconn.PgError
 	return errors.As(err, &pgErr) && pgErr.Code == "22012"
 }

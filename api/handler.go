@@ -222,12 +222,12 @@ func saneRequestID(id string) bool {
 }
 
 // front is what every request goes through before its route is found, in this order: its
-// request id and timeout, its access log line, the recovery from a panic, the browser and Host guards,
-// its token, HEAD routed as GET, and the route found in routes (or by chi, next, when
-// routes cannot tell). One handler calls each step in turn, rather than one handler per
-// step wrapping the next: a request waiting for its commit holds every frame of its stack
-// meanwhile, and the garbage collector scans them all at each of its cycles, so under a
-// memory limit and many requests in flight each frame costs CPU.
+// request id and timeout, its access log line, the recovery from a panic, the browser and
+// Host guards, its token, HEAD routed as GET, and the route found in routes (or by chi,
+// next, when routes cannot tell). One handler calls each step in turn, rather than one
+// handler per step wrapping the next: a request waiting for its commit holds every frame
+// of its stack meanwhile, and the garbage collector scans them all at each of its cycles,
+// so under a memory limit and many requests in flight each frame costs CPU.
 func front(opts Options, pw *problemWriter, routes *routeTable) func(http.Handler) http.Handler {
 	check := guards(opts)
 	return func(next http.Handler) http.Handler {

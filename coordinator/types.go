@@ -112,7 +112,8 @@ type Job struct {
 	// deleting the job: the next checkpoint is Seq+1.
 	Seq int64
 	// Epochs holds the current epoch of every participant that ever registered, including
-	// names no longer in Config.
+	// names no longer in Config. It is replaced whole (SetEpoch), never changed in place:
+	// copies of the job share it (CloneJob).
 	Epochs map[string]int64
 	// LastCheckpoint and LastCommitted are filled by reads that show the job (GetJob,
 	// ListJobs), not inside write transactions.

@@ -335,7 +335,7 @@ type accessEntry struct {
 // logAnswer logs e once the handler has returned: at once, or, for a parked request, once
 // its answer is written.
 func logAnswer(e *accessEntry, aw *answerWriter) {
-	// The route template, never the path: no label takes a name or an id. Read now: chi
+	// The route template, never the path: no label takes a name or an id. Read now: front
 	// reuses the route context once this request returns.
 	e.route = routePattern(e.req)
 	if aw.parked != nil {

@@ -266,7 +266,7 @@ func (pr *parkedRequest) answerSafely(res http.ResponseWriter) (ok bool) {
 	return true
 }
 
-// detachRoute gives ctx a copy of chi's route context: chi reuses the one a request is
+// detachRoute gives ctx a copy of chi's route context: front reuses the one a request is
 // served with once the request returns, and a parked request is answered after that.
 func detachRoute(ctx context.Context) context.Context {
 	rc := chi.RouteContext(ctx)

@@ -118,7 +118,12 @@ const overlapAfter = 5 * time.Millisecond
 // mayOverlap tells whether a batch may start beside those running: the latest of them has
 // run overlapAfter, or a whole batch of updates waits, which would not grow by waiting.
 func (d *dispatcher) mayOverlap(now time.Time) bool {
-	return len(d.waiting) >= d.c.maxBatch || now.Sub(d.starts[len(d.starts)-1]) >= overlapAfter
+	return len(d.waiting) >= d.c.maxBatch || !now.Before(d.overlapAt())
+}
+
+// overlapAt is when the latest running batch will have run overlapAfter (one must run).
+func (d *dispatcher) overlapAt() time.Time {
+	return d.starts[len(d.starts)-1].Add(overlapAfter)
 }
 
 func (d *dispatcher) claim(o *groupcommit.Op) {
@@ -270,7 +275,7 @@ func (d *dispatcher) wake() <-chan time.Time {
 	if len(d.starts) > 0 && len(d.starts) < d.c.workers && len(d.waiting) > 0 {
 		// When a batch may start beside the running ones; if that time has passed and none
 		// started, what waits cannot run yet, and an arrival or a batch's end wakes the loop.
-		if at := d.starts[len(d.starts)-1].Add(overlapAfter); at.After(time.Now()) && (first.IsZero() || at.Before(first)) {
+		if at := d.overlapAt(); at.After(time.Now()) && (first.IsZero() || at.Before(first)) {
 			first = at
 		}
 	}

@@ -44,20 +44,14 @@ type Metrics struct {
 	registry *prometheus.Registry
 	jobLabel bool
 
-	opened        *prometheus.CounterVec
-	decided       *prometheus.CounterVec
-	votes         *prometheus.CounterVec
-	acks          *prometheus.CounterVec
-	registrations *prometheus.CounterVec
-	decision      *prometheus.HistogramVec
-	completion    *prometheus.HistogramVec
-	httpRequests  *prometheus.CounterVec
-	httpDuration  *prometheus.HistogramVec
-	storeCommit   prometheus.Histogram
-	// The series of each job (and other labels) seen, found without client_golang
-	// hashing and checking the label values at every update.
-	openedOf, registrationsOf, decidedOf, votesOf, acksOf *seriesOf[[3]string, prometheus.Counter]
-	decisionOf, completionOf                              *seriesOf[[3]string, prometheus.Observer]
+	// The metrics with the job label (unless dropped), in compact series (jobseries.go),
+	// found by key (Metrics.key) without hashing and checking the label values at every
+	// update.
+	opened, decided, votes, acks, registrations compactCounterVec
+	decision, completion                        compactHistogramVec
+	httpRequests                                *prometheus.CounterVec
+	httpDuration                                *prometheus.HistogramVec
+	storeCommit                                 prometheus.Histogram
 	// The request counter and histogram of each route, method and status seen.
 	requests  *seriesOf[requestKey, requestSeries]
 	retention prometheus.Counter
@@ -85,26 +79,26 @@ func New(opts Options) *Metrics {
 		}
 		return labels
 	}
-	m.opened = prometheus.NewCounterVec(prometheus.CounterOpts{
+	m.opened = newCompactCounterVec(prometheus.CounterOpts{
 		Name: "coordinator_checkpoints_opened_total", Help: "Checkpoints opened by this process.",
 	}, job())
-	m.decided = prometheus.NewCounterVec(prometheus.CounterOpts{
+	m.decided = newCompactCounterVec(prometheus.CounterOpts{
 		Name: "coordinator_checkpoints_decided_total", Help: "Checkpoints decided by this process, by decision and cause.",
 	}, job("decision", "cause"))
-	m.votes = prometheus.NewCounterVec(prometheus.CounterOpts{
+	m.votes = newCompactCounterVec(prometheus.CounterOpts{
 		Name: "coordinator_votes_total", Help: "Votes this process answered, by vote and result.",
 	}, job("vote", "result"))
-	m.acks = prometheus.NewCounterVec(prometheus.CounterOpts{
+	m.acks = newCompactCounterVec(prometheus.CounterOpts{
 		Name: "coordinator_acks_total", Help: "Acks this process answered, by result.",
 	}, job("result"))
-	m.registrations = prometheus.NewCounterVec(prometheus.CounterOpts{
+	m.registrations = newCompactCounterVec(prometheus.CounterOpts{
 		Name: "coordinator_registrations_total", Help: "Participant registrations (new epochs) by this process.",
 	}, job())
-	m.decision = prometheus.NewHistogramVec(prometheus.HistogramOpts{
+	m.decision = newCompactHistogramVec(prometheus.HistogramOpts{
 		Name: "coordinator_checkpoint_decision_seconds", Help: "From a checkpoint's opening to its decision, by decision.",
 		Buckets: decisionBuckets,
 	}, job("decision"))
-	m.completion = prometheus.NewHistogramVec(prometheus.HistogramOpts{
+	m.completion = newCompactHistogramVec(prometheus.HistogramOpts{
 		Name: "coordinator_checkpoint_completion_seconds", Help: "From a checkpoint's commit decision to its last ack.",
 		Buckets: decisionBuckets,
 	}, job())
@@ -131,13 +125,6 @@ func New(opts Options) *Metrics {
 		ConstLabels: prometheus.Labels{"version": opts.Version, "store": opts.Store},
 	})
 	build.Set(1)
-	m.openedOf = jobSeries(m.opened.WithLabelValues, m.jobLabel, 0)
-	m.registrationsOf = jobSeries(m.registrations.WithLabelValues, m.jobLabel, 0)
-	m.decidedOf = jobSeries(m.decided.WithLabelValues, m.jobLabel, 2)
-	m.votesOf = jobSeries(m.votes.WithLabelValues, m.jobLabel, 2)
-	m.acksOf = jobSeries(m.acks.WithLabelValues, m.jobLabel, 1)
-	m.decisionOf = jobSeries(m.decision.WithLabelValues, m.jobLabel, 1)
-	m.completionOf = jobSeries(m.completion.WithLabelValues, m.jobLabel, 0)
 	m.requests = newSeriesOf(func(k requestKey) requestSeries {
 		return requestSeries{count: m.httpRequests.WithLabelValues(k.route, k.method, strconv.Itoa(k.status)),
 			duration: m.httpDuration.WithLabelValues(k.route, k.method)}
@@ -163,10 +150,10 @@ func New(opts Options) *Metrics {
 // completions of one committed update.
 func (m *Metrics) Changed(job string, now time.Time, mu *coordinator.Mutation) {
 	if mu.Opened != nil {
-		m.openedOf.get(m.key(job, "", "")).Inc()
+		m.opened.get(m.key(job, "", "")).Inc()
 	}
 	if n := len(mu.Epochs); n > 0 {
-		m.registrationsOf.get(m.key(job, "", "")).Add(float64(n))
+		m.registrations.get(m.key(job, "", "")).Add(uint64(n))
 	}
 	seen := map[int64]bool{}
 	for _, cp := range mu.Statuses {
@@ -181,23 +168,23 @@ func (m *Metrics) Changed(job string, now time.Time, mu *coordinator.Mutation) {
 			if cp.Status != coordinator.StatusAborted {
 				decision = "commit"
 			}
-			m.decidedOf.get(m.key(job, decision, string(cp.DecisionCause))).Inc()
-			m.decisionOf.get(m.key(job, decision, "")).Observe(cp.DecidedAt.Sub(cp.CreatedAt).Seconds())
+			m.decided.get(m.key(job, decision, string(cp.DecisionCause))).Inc()
+			m.decision.get(m.key(job, decision, "")).Observe(cp.DecidedAt.Sub(cp.CreatedAt).Seconds())
 		}
 		if cp.Status == coordinator.StatusCommitted && cp.CompletedAt != nil && cp.DecidedAt != nil {
-			m.completionOf.get(m.key(job, "", "")).Observe(cp.CompletedAt.Sub(*cp.DecidedAt).Seconds())
+			m.completion.get(m.key(job, "", "")).Observe(cp.CompletedAt.Sub(*cp.DecidedAt).Seconds())
 		}
 	}
 }
 
 // Voted implements coordinator.Observer.
 func (m *Metrics) Voted(job string, kind coordinator.VoteKind, result string) {
-	m.votesOf.get(m.key(job, string(kind), result)).Inc()
+	m.votes.get(m.key(job, string(kind), result)).Inc()
 }
 
 // Acked implements coordinator.Observer.
 func (m *Metrics) Acked(job string, result string) {
-	m.acksOf.get(m.key(job, result, "")).Inc()
+	m.acks.get(m.key(job, result, "")).Inc()
 }
 
 // StoreCommit observes one store commit's duration.
@@ -375,18 +362,9 @@ func (m *Metrics) key(job, a, b string) [3]string {
 	return [3]string{a, b, ""}
 }
 
-// jobSeries keeps the series of a vector with the job label (unless dropped) and n more,
-// by key.
-func jobSeries[M any](with func(...string) M, jobLabel bool, n int) *seriesOf[[3]string, M] {
-	if jobLabel {
-		n++
-	}
-	return newSeriesOf(func(k [3]string) M { return with(k[:n]...) })
-}
-
-// seriesOf keeps series by their key, each made by create the first time it is asked for:
-// the hot paths find their series without client_golang hashing and checking the label
-// values at every call.
+// seriesOf keeps series by their key, each made by create the first time it is asked for
+// (once: two callers asking at once get the same): the hot paths find their series without
+// client_golang hashing and checking the label values at every call.
 type seriesOf[K comparable, M any] struct {
 	create func(K) M
 	mu     sync.RWMutex
@@ -401,11 +379,23 @@ func (s *seriesOf[K, M]) get(k K) M {
 	s.mu.RLock()
 	v, ok := s.m[k]
 	s.mu.RUnlock()
-	if !ok {
+	if ok {
+		return v
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if v, ok = s.m[k]; !ok {
 		v = s.create(k)
-		s.mu.Lock()
 		s.m[k] = v
-		s.mu.Unlock()
 	}
 	return v
+}
+
+// each calls fn with every series and its key, under the read lock.
+func (s *seriesOf[K, M]) each(fn func(k K, v M)) {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	for k, v := range s.m {
+		fn(k, v)
+	}
 }

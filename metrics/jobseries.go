@@ -82,7 +82,8 @@ func (v compactCounterVec) Describe(ch chan<- *prometheus.Desc) { ch <- v.desc }
 // Collect implements prometheus.Collector.
 func (v compactCounterVec) Collect(ch chan<- prometheus.Metric) {
 	v.eachSeries(func(labels []string, s *counterSeries) {
-		ch <- constMetric(v.desc)(prometheus.NewConstMetric(v.desc, prometheus.CounterValue, float64(s.n.Load()), labels...))
+		m, err := prometheus.NewConstMetric(v.desc, prometheus.CounterValue, float64(s.n.Load()), labels...)
+		ch <- validMetric(v.desc, m, err)
 	})
 }
 
@@ -118,18 +119,17 @@ func (v compactHistogramVec) Collect(ch chan<- prometheus.Metric) {
 		}
 		count, sum := s.count, s.sum
 		s.mu.Unlock()
-		ch <- constMetric(v.desc)(prometheus.NewConstHistogram(v.desc, count, sum, buckets, labels...))
+		m, err := prometheus.NewConstHistogram(v.desc, count, sum, buckets, labels...)
+		ch <- validMetric(v.desc, m, err)
 	})
 }
 
-// constMetric returns a function that is m, or a metric of desc that fails the scrape's
+// validMetric is m, or when making it failed, a metric of desc that fails the scrape's
 // gathering with err (label values that are not valid UTF-8, which the API never lets
 // into a job's name).
-func constMetric(desc *prometheus.Desc) func(m prometheus.Metric, err error) prometheus.Metric {
-	return func(m prometheus.Metric, err error) prometheus.Metric {
-		if err != nil {
-			return prometheus.NewInvalidMetric(desc, err)
-		}
-		return m
+func validMetric(desc *prometheus.Desc, m prometheus.Metric, err error) prometheus.Metric {
+	if err != nil {
+		return prometheus.NewInvalidMetric(desc, err)
 	}
+	return m
 }

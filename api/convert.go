@@ -261,17 +261,33 @@ func auditBody(e *coordinator.AuditEntry) AuditEntry {
 // participants.
 func checkpointAnswer(cp *coordinator.Checkpoint, prefer *string, participant string) jsonResponse {
 	if prefer == nil || !prefersMinimal(*prefer) {
-		return ok(checkpointBody(cp))
+		return jsonResponse{status: http.StatusOK, checkpoint: cp}
 	}
-	return jsonResponse{status: http.StatusOK, body: minimalBody(cp, participant), minimal: true}
+	return jsonResponse{status: http.StatusOK, checkpoint: cp, minimal: true, participant: participant}
 }
 
 // minimalBody is cp's view with only participant's entry and the counts of votes and acks.
 func minimalBody(cp *coordinator.Checkpoint, participant string) Checkpoint {
-	var votes VoteCounts
-	var acks AckCounts
 	var own []coordinator.ParticipantState
 	for _, p := range cp.Participants {
+		if p.Name == participant {
+			own = append(own, p)
+		}
+	}
+	votes, acks := checkpointCounts(cp)
+	view := *cp
+	view.Participants = own
+	body := checkpointBody(&view)
+	body.Votes, body.Acks = &votes, &acks
+	return body
+}
+
+// checkpointCounts counts cp's votes, and its acks done and owed.
+func checkpointCounts(cp *coordinator.Checkpoint) (VoteCounts, AckCounts) {
+	var votes VoteCounts
+	var acks AckCounts
+	for i := range cp.Participants {
+		p := &cp.Participants[i]
 		switch p.Vote {
 		case coordinator.VotePrepared:
 			votes.Prepared++
@@ -282,18 +298,11 @@ func minimalBody(cp *coordinator.Checkpoint, participant string) Checkpoint {
 		}
 		if p.AckedAt != nil {
 			acks.Done++
-		} else if _, owed := coordinator.OwedBy(cp, &p); owed && cp.Status != coordinator.StatusPreparing {
+		} else if _, owed := coordinator.OwedBy(cp, p); owed && cp.Status != coordinator.StatusPreparing {
 			acks.Missing++
 		}
-		if p.Name == participant {
-			own = append(own, p)
-		}
 	}
-	view := *cp
-	view.Participants = own
-	body := checkpointBody(&view)
-	body.Votes, body.Acks = &votes, &acks
-	return body
+	return votes, acks
 }
 
 // prefersMinimal reports whether a Prefer header's preferences include return=minimal.

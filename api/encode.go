@@ -7,28 +7,39 @@ import (
 	"strconv"
 	"time"
 	"unicode/utf8"
+
+	"github.com/twophase/coordinator/coordinator"
 )
 
 // The answers every round of the protocol carries (a checkpoint, a participant's pending
 // work) are encoded here by appending to a buffer, byte for byte as writeJSON's
-// encoding/json path would encode them (the field order of the generated models,
+// encoding/json path would encode their generated models (the models' field order,
 // omitempty where they have it, times as time.Time.MarshalJSON writes them, strings
 // escaped as encoding/json escapes them with HTML escaping off, a trailing newline), and
 // committables as they are stored. encoding/json finds the fields by reflection and
 // allocates for every time and pointer; an answer is written on every vote, ack and
-// long-poll, so that was a good part of the cost of a request. A test holds the two to
-// the same bytes.
+// long-poll, so that was a good part of the cost of a request. A checkpoint is written
+// from the domain value itself, without building its model (checkpointBody), which would
+// copy every time and optional string to the heap. A test holds each to the bytes
+// encoding/json writes for the model.
 
-// appendCheckpoint appends cp's JSON encoding.
-func appendCheckpoint(b []byte, cp *Checkpoint) ([]byte, error) {
+// appendCheckpoint appends cp's answer: the JSON encoding of checkpointBody(cp), or with
+// minimal of minimalBody(cp, participant), written from cp itself, without the model's
+// copies of every time and optional string.
+func appendCheckpoint(b []byte, cp *coordinator.Checkpoint, minimal bool, participant string) ([]byte, error) {
 	var err error
+	var votes VoteCounts
+	var acks AckCounts
+	if minimal {
+		votes, acks = checkpointCounts(cp)
+	}
 	b = append(b, `{"abort_reason":`...)
-	b = appendOptionalString(b, cp.AbortReason)
-	if cp.Acks != nil {
+	b = appendNullableString(b, cp.AbortReason)
+	if minimal {
 		b = append(b, `,"acks":{"done":`...)
-		b = strconv.AppendInt(b, int64(cp.Acks.Done), 10)
+		b = strconv.AppendInt(b, int64(acks.Done), 10)
 		b = append(b, `,"missing":`...)
-		b = strconv.AppendInt(b, int64(cp.Acks.Missing), 10)
+		b = strconv.AppendInt(b, int64(acks.Missing), 10)
 		b = append(b, '}')
 	}
 	b = append(b, `,"auto_commit":`...)
@@ -38,11 +49,11 @@ func appendCheckpoint(b []byte, cp *Checkpoint) ([]byte, error) {
 		return b, err
 	}
 	b = append(b, `,"created_at":`...)
-	if b, err = appendTime(b, cp.CreatedAt); err != nil {
+	if b, err = appendTime(b, cp.CreatedAt.UTC()); err != nil {
 		return b, err
 	}
 	b = append(b, `,"deadline":`...)
-	if b, err = appendTime(b, cp.Deadline); err != nil {
+	if b, err = appendTime(b, cp.Deadline.UTC()); err != nil {
 		return b, err
 	}
 	b = append(b, `,"decided_at":`...)
@@ -50,74 +61,67 @@ func appendCheckpoint(b []byte, cp *Checkpoint) ([]byte, error) {
 		return b, err
 	}
 	b = append(b, `,"decided_by":`...)
-	b = appendOptionalString(b, cp.DecidedBy)
+	b = appendNullableString(b, cp.DecidedBy)
 	b = append(b, `,"decision_cause":`...)
-	if cp.DecisionCause == nil {
-		b = append(b, "null"...)
-	} else {
-		b = appendString(b, string(*cp.DecisionCause))
-	}
+	b = appendNullableString(b, string(cp.DecisionCause))
 	b = append(b, `,"id":`...)
-	b = strconv.AppendInt(b, cp.Id, 10)
+	b = strconv.AppendInt(b, cp.ID, 10)
 	b = append(b, `,"job":`...)
-	b = appendString(b, string(cp.Job))
-	b = append(b, `,"participants":`...)
-	if cp.Participants == nil {
-		b = append(b, "null"...)
-	} else {
-		b = append(b, '[')
-		for i := range cp.Participants {
-			if i > 0 {
-				b = append(b, ',')
-			}
-			if b, err = appendParticipant(b, &cp.Participants[i]); err != nil {
-				return b, err
-			}
+	b = appendString(b, cp.Job)
+	b = append(b, `,"participants":[`...)
+	first := true
+	for i := range cp.Participants {
+		p := &cp.Participants[i]
+		if minimal && p.Name != participant {
+			continue
 		}
-		b = append(b, ']')
+		if !first {
+			b = append(b, ',')
+		}
+		first = false
+		if b, err = appendParticipant(b, p); err != nil {
+			return b, err
+		}
 	}
-	b = append(b, `,"status":`...)
+	b = append(b, `],"status":`...)
 	b = appendString(b, string(cp.Status))
-	if cp.Votes != nil {
+	if minimal {
 		b = append(b, `,"votes":{"abort":`...)
-		b = strconv.AppendInt(b, int64(cp.Votes.Abort), 10)
+		b = strconv.AppendInt(b, int64(votes.Abort), 10)
 		b = append(b, `,"missing":`...)
-		b = strconv.AppendInt(b, int64(cp.Votes.Missing), 10)
+		b = strconv.AppendInt(b, int64(votes.Missing), 10)
 		b = append(b, `,"prepared":`...)
-		b = strconv.AppendInt(b, int64(cp.Votes.Prepared), 10)
+		b = strconv.AppendInt(b, int64(votes.Prepared), 10)
 		b = append(b, '}')
 	}
 	return append(b, '}'), nil
 }
 
-func appendParticipant(b []byte, p *CheckpointParticipant) ([]byte, error) {
+// appendParticipant appends the encoding of p's entry in checkpointBody.
+func appendParticipant(b []byte, p *coordinator.ParticipantState) ([]byte, error) {
 	var err error
 	b = append(b, `{"acked_at":`...)
 	if b, err = appendOptionalTime(b, p.AckedAt); err != nil {
 		return b, err
 	}
 	b = append(b, `,"acked_by":`...)
-	b = appendOptionalString(b, p.AckedBy)
+	b = appendNullableString(b, p.AckedBy)
 	b = append(b, `,"committables":`...)
-	b = appendCommittables(b, p.Committables)
+	b = append(b, committables(p.Committables)...)
 	b = append(b, `,"epoch":`...)
-	if p.Epoch == nil {
+	if p.Vote == "" {
 		b = append(b, "null"...)
 	} else {
-		b = strconv.AppendInt(b, *p.Epoch, 10)
+		b = strconv.AppendInt(b, p.Epoch, 10)
 	}
 	b = append(b, `,"name":`...)
-	b = appendString(b, string(p.Name))
-	if p.Reason != nil {
+	b = appendString(b, p.Name)
+	if p.Reason != "" {
 		b = append(b, `,"reason":`...)
-		b = appendString(b, *p.Reason)
+		b = appendString(b, p.Reason)
 	}
 	b = append(b, `,"vote":`...)
-	if p.Vote == nil {
-		b = append(b, "null"...)
-	} else {
-		b = appendString(b, string(*p.Vote))
-	}
+	b = appendNullableString(b, string(p.Vote))
 	b = append(b, `,"voted_at":`...)
 	if b, err = appendOptionalTime(b, p.VotedAt); err != nil {
 		return b, err
@@ -168,21 +172,23 @@ func appendCommittables(b []byte, raw Committables) []byte {
 	return append(b, raw...)
 }
 
-func appendOptionalString(b []byte, s *string) []byte {
-	if s == nil {
+// appendNullableString appends s, or null when it is empty, as optionalString makes it.
+func appendNullableString(b []byte, s string) []byte {
+	if s == "" {
 		return append(b, "null"...)
 	}
-	return appendString(b, *s)
+	return appendString(b, s)
 }
 
 // errTimeRange is encoding/json's refusal of a time whose year has more than four digits.
 var errTimeRange = errors.New("api: a time's year is outside [0,9999]")
 
+// appendOptionalTime appends t in UTC, or null when it is nil, as utc makes it.
 func appendOptionalTime(b []byte, t *time.Time) ([]byte, error) {
 	if t == nil {
 		return append(b, "null"...), nil
 	}
-	return appendTime(b, *t)
+	return appendTime(b, t.UTC())
 }
 
 // appendTime appends t as time.Time.MarshalJSON does: RFC 3339 with nanoseconds, trailing

@@ -8,6 +8,8 @@ import (
 	"net/http"
 	"strconv"
 	"sync"
+
+	"github.com/twophase/coordinator/coordinator"
 )
 
 // writeJSON encodes body and writes it with status. HTML escaping is off: encoding/json
@@ -19,23 +21,13 @@ import (
 // large committables is most of the cost of an answer. They are swapped for placeholders
 // before encoding and put back in place of them after (committablesOut).
 func writeJSON(w http.ResponseWriter, contentType string, status int, body any) error {
+	if pending, ok := body.(Pending); ok {
+		// The answer of every long-poll on pending, encoded without encoding/json (encode.go).
+		return writeAppended(w, contentType, status, func(b []byte) ([]byte, error) { return appendPending(b, &pending), nil })
+	}
 	buf := encodeBuffers.Get().(*bytes.Buffer)
 	defer putEncodeBuffer(buf)
 	buf.Reset()
-	if b, ok, err := appendAnswer(buf.AvailableBuffer(), body); ok {
-		// The answers of every round, encoded without encoding/json (encode.go).
-		if err != nil {
-			return err
-		}
-		w.Header()["Content-Type"] = contentTypeValue(contentType)
-		w.WriteHeader(status)
-		b = append(b, '\n')
-		_, err = w.Write(b)
-		if len(b) > buf.Available() {
-			buf.Grow(len(b)) // for the next answer: the pool keeps buffers as large as answers need
-		}
-		return err
-	}
 	enc := json.NewEncoder(buf)
 	enc.SetEscapeHTML(false)
 	var out committablesOut
@@ -47,22 +39,24 @@ func writeJSON(w http.ResponseWriter, contentType string, status int, body any) 
 	return out.write(w, buf.Bytes())
 }
 
-// appendAnswer appends body's encoding if it is one of the answers encode.go encodes (ok),
-// else it leaves body to encoding/json.
-func appendAnswer(b []byte, body any) (_ []byte, ok bool, err error) {
-	switch v := body.(type) {
-	case Checkpoint:
-		b, err = appendCheckpoint(b, &v)
-		return b, true, err
-	case *Checkpoint:
-		if v != nil {
-			b, err = appendCheckpoint(b, v)
-			return b, true, err
-		}
-	case Pending:
-		return appendPending(b, &v), true, nil
+// writeAppended writes the answer appendBody appends to a buffer (encode.go), followed by
+// a newline as encoding/json ends one.
+func writeAppended(w http.ResponseWriter, contentType string, status int, appendBody func([]byte) ([]byte, error)) error {
+	buf := encodeBuffers.Get().(*bytes.Buffer)
+	defer putEncodeBuffer(buf)
+	buf.Reset()
+	b, err := appendBody(buf.AvailableBuffer())
+	if err != nil {
+		return err
 	}
-	return b, false, nil
+	w.Header()["Content-Type"] = contentTypeValue(contentType)
+	w.WriteHeader(status)
+	b = append(b, '\n')
+	_, err = w.Write(b)
+	if len(b) > buf.Available() {
+		buf.Grow(len(b)) // for the next answer: the pool keeps buffers as large as answers need
+	}
+	return err
 }
 
 // contentTypeValue is a Content-Type header's value, shared by every answer that has it:
@@ -227,11 +221,16 @@ func (c *committablesOut) find(rest []byte, i int) (valueAt, end int) {
 
 // jsonResponse is the success answer of every operation: a body of the generated models,
 // written by writeJSON rather than by the generated Visit methods (which escape HTML, see
-// writeJSON). It implements every operation's response interface.
+// writeJSON), or a checkpoint, written from the domain value (appendCheckpoint). It
+// implements every operation's response interface.
 type jsonResponse struct {
 	status   int
 	body     any
 	location string
+	// checkpoint, when set, is the answer instead of body: checkpointBody's view of it, or
+	// with minimal minimalBody's for participant.
+	checkpoint  *coordinator.Checkpoint
+	participant string
 	// minimal says the answer applied Prefer: return=minimal.
 	minimal bool
 }
@@ -243,7 +242,12 @@ func (r jsonResponse) visit(w http.ResponseWriter) error {
 	if r.minimal {
 		w.Header().Set("Preference-Applied", "return=minimal")
 	}
-	if r.body == nil {
+	switch {
+	case r.checkpoint != nil:
+		return writeAppended(w, "application/json", r.status, func(b []byte) ([]byte, error) {
+			return appendCheckpoint(b, r.checkpoint, r.minimal, r.participant)
+		})
+	case r.body == nil:
 		w.WriteHeader(r.status)
 		return nil
 	}

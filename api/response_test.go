@@ -9,6 +9,8 @@ import (
 	"time"
 
 	"pgregory.net/rapid"
+
+	"github.com/twophase/coordinator/coordinator"
 )
 
 // plainJSON is what writeJSON wrote before it put committables in place itself: the body
@@ -143,34 +145,41 @@ func optional[T any](t *rapid.T, label string, draw func(*rapid.T, string) T) *T
 func TestAnswersEncodedAsEncodingJSONWould(t *testing.T) {
 	t.Parallel()
 	rapid.Check(t, func(t *rapid.T) {
-		cp := Checkpoint{
-			Job: anyString(t, "job"), Id: rapid.Int64().Draw(t, "id"), Status: CheckpointStatus(anyString(t, "status")),
+		cp := &coordinator.Checkpoint{
+			Job: anyString(t, "job"), ID: rapid.Int64().Draw(t, "id"), Status: coordinator.Status(anyString(t, "status")),
 			AutoCommit: rapid.Bool().Draw(t, "auto"), CreatedAt: anyTime(t, "created"), Deadline: anyTime(t, "deadline"),
 			DecidedAt: optional(t, "decided", anyTime), CompletedAt: optional(t, "completed", anyTime),
-			AbortReason: optional(t, "reason", anyString), DecidedBy: optional(t, "by", anyString),
+			AbortReason: anyString(t, "reason"), DecidedBy: anyString(t, "by"), DecisionCause: coordinator.Cause(anyString(t, "cause")),
 		}
-		if cause := optional(t, "cause", anyString); cause != nil {
-			cp.DecisionCause = ptr(CheckpointDecisionCause(*cause))
+		votes := []coordinator.VoteKind{"", coordinator.VotePrepared, coordinator.VoteAbort}
+		for range rapid.IntRange(0, 4).Draw(t, "participants") {
+			p := coordinator.ParticipantState{Name: anyString(t, "name"), Epoch: rapid.Int64().Draw(t, "epoch"),
+				Vote: rapid.SampledFrom(votes).Draw(t, "vote"), Reason: anyString(t, "vote reason"),
+				VotedAt: optional(t, "voted", anyTime), AckedAt: optional(t, "acked", anyTime), AckedBy: anyString(t, "acked by")}
+			if rapid.Bool().Draw(t, "has committables") {
+				p.Committables = json.RawMessage(committablesGen().Draw(t, "committables"))
+			}
+			cp.Participants = append(cp.Participants, p)
 		}
-		if rapid.Bool().Draw(t, "counts") {
-			cp.Votes = &VoteCounts{Abort: rapid.Int().Draw(t, "va"), Missing: rapid.Int().Draw(t, "vm"), Prepared: rapid.Int().Draw(t, "vp")}
-			cp.Acks = &AckCounts{Done: rapid.Int().Draw(t, "ad"), Missing: rapid.Int().Draw(t, "am")}
+		participant := anyString(t, "asker")
+		if len(cp.Participants) > 0 && rapid.Bool().Draw(t, "asker is one") {
+			participant = cp.Participants[rapid.IntRange(0, len(cp.Participants)-1).Draw(t, "asker i")].Name
 		}
-		if rapid.Bool().Draw(t, "participants set") {
-			cp.Participants = []CheckpointParticipant{}
-			for range rapid.IntRange(0, 4).Draw(t, "participants") {
-				p := CheckpointParticipant{Name: anyString(t, "name"), AckedAt: optional(t, "acked", anyTime),
-					AckedBy: optional(t, "acked by", anyString), Reason: optional(t, "vote reason", anyString),
-					VotedAt: optional(t, "voted", anyTime), Epoch: optional(t, "epoch", func(t *rapid.T, l string) int64 { return rapid.Int64().Draw(t, l) })}
-				if rapid.Bool().Draw(t, "has committables") {
-					p.Committables = committablesGen().Draw(t, "committables")
-				}
-				if v := optional(t, "vote", anyString); v != nil {
-					p.Vote = ptr(VoteKind(*v))
-				}
-				cp.Participants = append(cp.Participants, p)
+		for _, minimal := range []bool{false, true} {
+			model := checkpointBody(cp)
+			if minimal {
+				model = minimalBody(cp, participant)
+			}
+			want, wantErr := encodingJSON(model)
+			got, err := appendCheckpoint(nil, cp, minimal, participant)
+			if (err != nil) != (wantErr != nil) {
+				t.Fatalf("appendCheckpoint (minimal %v): error %v; encoding/json's: %v", minimal, err, wantErr)
+			}
+			if err == nil && !bytes.Equal(append(got, '\n'), want) {
+				t.Fatalf("appendCheckpoint (minimal %v) wrote\n%q\nencoding/json writes for the model\n%q", minimal, got, want)
 			}
 		}
+
 		pending := Pending{Job: anyString(t, "pjob"), Participant: anyString(t, "participant"), Epoch: rapid.Int64().Draw(t, "pepoch")}
 		if rapid.Bool().Draw(t, "items set") {
 			pending.Items = []PendingItem{}
@@ -183,39 +192,38 @@ func TestAnswersEncodedAsEncodingJSONWould(t *testing.T) {
 				pending.Items = append(pending.Items, it)
 			}
 		}
-		for _, body := range []any{cp, &cp, pending} {
-			var buf bytes.Buffer
-			enc := json.NewEncoder(&buf)
-			enc.SetEscapeHTML(false)
-			wantErr := enc.Encode(body)
-			want := buf.Bytes()
-			got, ok, err := appendAnswer(nil, body)
-			if !ok || (err != nil) != (wantErr != nil) {
-				t.Fatalf("appendAnswer(%T): ok %v, error %v; encoding/json's error: %v", body, ok, err, wantErr)
-			}
-			if err != nil {
-				continue // refused by both (a time whose year is past 9999 where it is)
-			}
-			if got = append(got, '\n'); !bytes.Equal(got, want) {
-				t.Fatalf("appendAnswer(%T) wrote\n%q\nencoding/json writes\n%q", body, got, want)
-			}
+		want, err := encodingJSON(pending)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := append(appendPending(nil, &pending), '\n'); !bytes.Equal(got, want) {
+			t.Fatalf("appendPending wrote\n%q\nencoding/json writes\n%q", got, want)
 		}
 	})
+}
+
+// encodingJSON is body as encoding/json writes it, HTML escaping off.
+func encodingJSON(body any) ([]byte, error) {
+	var buf bytes.Buffer
+	enc := json.NewEncoder(&buf)
+	enc.SetEscapeHTML(false)
+	err := enc.Encode(body)
+	return buf.Bytes(), err
 }
 
 // A time encoding/json refuses (a year past 9999) is refused here too: the answer is an
 // error, never a malformed body.
 func TestAnswerWithAnUnencodableTimeIsAnError(t *testing.T) {
 	t.Parallel()
-	cp := Checkpoint{Job: "j", Id: 1, CreatedAt: time.Date(10000, 1, 1, 0, 0, 0, 0, time.UTC)}
-	if _, err := json.Marshal(cp); err == nil {
+	cp := &coordinator.Checkpoint{Job: "j", ID: 1, CreatedAt: time.Date(10000, 1, 1, 0, 0, 0, 0, time.UTC)}
+	if _, err := json.Marshal(checkpointBody(cp)); err == nil {
 		t.Fatal("encoding/json encodes the year 10000; the test's premise is wrong")
 	}
-	if _, ok, err := appendAnswer(nil, cp); !ok || err == nil {
-		t.Fatalf("appendAnswer: ok %v, err %v; want an error", ok, err)
+	if _, err := appendCheckpoint(nil, cp, false, ""); err == nil {
+		t.Fatal("appendCheckpoint encoded the year 10000; want an error")
 	}
 	w := httptest.NewRecorder()
-	if err := writeJSON(w, "application/json", 200, cp); err == nil {
-		t.Fatalf("writeJSON answered %d %q; want an error", w.Code, w.Body.String())
+	if err := (jsonResponse{status: 200, checkpoint: cp}).visit(w); err == nil {
+		t.Fatalf("the answer was %d %q; want an error", w.Code, w.Body.String())
 	}
 }

@@ -184,7 +184,7 @@ func (s *server) PrepareCheckpoint(ctx context.Context, req PrepareCheckpointReq
 		return nil, err
 	}
 	// A replay answers as the first request did: 201 with the checkpoint as it stands.
-	return jsonResponse{status: http.StatusCreated, body: checkpointBody(cp), location: checkpointPath(cp.Job, cp.ID)}, nil
+	return jsonResponse{status: http.StatusCreated, checkpoint: cp, location: checkpointPath(cp.Job, cp.ID)}, nil
 }
 
 // fingerprint identifies a prepare request's body for its Idempotency-Key: a hash of its
@@ -306,7 +306,7 @@ func (s *server) CommitCheckpoint(ctx context.Context, req CommitCheckpointReque
 	if err != nil {
 		return nil, err
 	}
-	return ok(checkpointBody(cp)), nil
+	return jsonResponse{status: http.StatusOK, checkpoint: cp}, nil
 }
 
 func (s *server) CompleteCheckpoint(ctx context.Context, req CompleteCheckpointRequestObject) (CompleteCheckpointResponseObject, error) {
@@ -318,7 +318,7 @@ func (s *server) CompleteCheckpoint(ctx context.Context, req CompleteCheckpointR
 	if err != nil {
 		return nil, err
 	}
-	return ok(checkpointBody(cp)), nil
+	return jsonResponse{status: http.StatusOK, checkpoint: cp}, nil
 }
 
 func (s *server) ListAudit(ctx context.Context, req ListAuditRequestObject) (ListAuditResponseObject, error) {
@@ -370,7 +370,7 @@ func (s *server) AbortCheckpoint(ctx context.Context, req AbortCheckpointRequest
 	if err != nil {
 		return nil, err
 	}
-	return ok(checkpointBody(cp)), nil
+	return jsonResponse{status: http.StatusOK, checkpoint: cp}, nil
 }
 
 func (s *server) PutAck(ctx context.Context, req PutAckRequestObject) (PutAckResponseObject, error) {

@@ -63,6 +63,9 @@ func newCompactVec[S any](desc *prometheus.Desc, n int, create func() *S) *compa
 	return &compactVec[S]{seriesOf: newSeriesOf(func([3]string) *S { return create() }), desc: desc, n: n}
 }
 
+// Describe implements prometheus.Collector.
+func (v *compactVec[S]) Describe(ch chan<- *prometheus.Desc) { ch <- v.desc }
+
 // eachSeries calls fn with every series and its label values, under the read lock.
 func (v *compactVec[S]) eachSeries(fn func(labels []string, s *S)) {
 	v.each(func(k [3]string, s *S) { fn(k[:v.n], s) })
@@ -76,9 +79,6 @@ func newCompactCounterVec(opts prometheus.CounterOpts, labels []string) compactC
 	return compactCounterVec{newCompactVec(desc, len(labels), func() *counterSeries { return new(counterSeries) })}
 }
 
-// Describe implements prometheus.Collector.
-func (v compactCounterVec) Describe(ch chan<- *prometheus.Desc) { ch <- v.desc }
-
 // Collect implements prometheus.Collector.
 func (v compactCounterVec) Collect(ch chan<- prometheus.Metric) {
 	v.eachSeries(func(labels []string, s *counterSeries) {
@@ -88,10 +88,7 @@ func (v compactCounterVec) Collect(ch chan<- prometheus.Metric) {
 }
 
 // compactHistogramVec is a histogram with labels, as prometheus.HistogramVec shows it.
-type compactHistogramVec struct {
-	*compactVec[histogramSeries]
-	bounds []float64
-}
+type compactHistogramVec struct{ *compactVec[histogramSeries] }
 
 func newCompactHistogramVec(opts prometheus.HistogramOpts, labels []string) compactHistogramVec {
 	desc := prometheus.NewDesc(opts.Name, opts.Help, labels, nil)
@@ -101,19 +98,16 @@ func newCompactHistogramVec(opts prometheus.HistogramOpts, labels []string) comp
 	}
 	return compactHistogramVec{newCompactVec(desc, len(labels), func() *histogramSeries {
 		return &histogramSeries{bounds: bounds, counts: make([]uint64, len(bounds))}
-	}), bounds}
+	})}
 }
-
-// Describe implements prometheus.Collector.
-func (v compactHistogramVec) Describe(ch chan<- *prometheus.Desc) { ch <- v.desc }
 
 // Collect implements prometheus.Collector.
 func (v compactHistogramVec) Collect(ch chan<- prometheus.Metric) {
 	v.eachSeries(func(labels []string, s *histogramSeries) {
-		buckets := make(map[float64]uint64, len(v.bounds))
+		buckets := make(map[float64]uint64, len(s.bounds))
 		s.mu.Lock()
 		var cumulative uint64
-		for i, b := range v.bounds {
+		for i, b := range s.bounds {
 			cumulative += s.counts[i]
 			buckets[b] = cumulative
 		}

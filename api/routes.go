@@ -77,9 +77,11 @@ func patternSegments(pattern string) (segments, params []string, ok bool) {
 }
 
 // lookup returns the handler of r's route, with rctx filled in as chi's lookup fills it
-// (parameters, pattern, method) and r's path values and pattern set as chi sets them, or
-// nil when chi is to route r. rctx is the route context of the router the table was made
-// from, and the request is at its top (no router mounted this one).
+// (parameters, pattern, method) and r's pattern set as chi sets it, or nil when chi is to
+// route r. rctx is the route context of the router the table was made from, and the
+// request is at its top (no router mounted this one). Unlike chi, it does not set r's path
+// values (Request.PathValue): nothing here reads them (the generated wrappers read chi's
+// parameters), and each would cost the request a map of its own.
 func (t *routeTable) lookup(rctx *chi.Context, r *http.Request) http.Handler {
 	if t == nil || t.bySegments == nil || rctx == nil || rctx.RoutePath != "" || r.URL.RawPath != "" {
 		return nil
@@ -117,7 +119,6 @@ func (t *routeTable) lookup(rctx *chi.Context, r *http.Request) http.Handler {
 		rest = next
 		if found.segments[i] == "" {
 			rctx.URLParams.Add(found.params[p], seg)
-			r.SetPathValue(found.params[p], seg)
 			p++
 		}
 	}

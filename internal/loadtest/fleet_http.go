@@ -1,8 +1,10 @@
 package loadtest
 
 import (
+	"bytes"
 	"context"
 	"errors"
+	"io"
 	"net"
 	"net/http"
 	"strconv"
@@ -127,7 +129,7 @@ func (t *countingTransport) RoundTrip(r *http.Request) (*http.Response, error) {
 		t.note(reqKindNames[kind]+" transport", err.Error())
 	case resp.StatusCode < 200 || resp.StatusCode > 299:
 		t.failed[kind].Add(1)
-		t.note(reqKindNames[kind]+" "+strconv.Itoa(resp.StatusCode), r.Method+" "+r.URL.Path)
+		t.noteAnswer(reqKindNames[kind]+" "+strconv.Itoa(resp.StatusCode), r, resp)
 	default:
 		t.ok[kind].Add(1)
 	}
@@ -141,6 +143,35 @@ func (t *countingTransport) note(key, example string) {
 	if _, ok := t.examples[key]; !ok {
 		t.examples[key] = example
 	}
+}
+
+// exampleBodyBytes is how much of a failed answer's body its example keeps.
+const exampleBodyBytes = 300
+
+// noteAnswer counts a failed answer under key. The first one of each key is kept as its
+// example with the start of its body: a problem document's code and detail, or the text
+// net/http answers a request it could not read with, which tells the two apart. The
+// body stays whole for the caller.
+func (t *countingTransport) noteAnswer(key string, r *http.Request, resp *http.Response) {
+	example := r.Method + " " + r.URL.Path
+	t.mu.Lock()
+	_, seen := t.examples[key]
+	t.statuses[key]++
+	if !seen {
+		t.examples[key] = example // taken: no other answer of the key reads its body
+	}
+	t.mu.Unlock()
+	if seen {
+		return
+	}
+	start, _ := io.ReadAll(io.LimitReader(resp.Body, exampleBodyBytes))
+	resp.Body = struct {
+		io.Reader
+		io.Closer
+	}{io.MultiReader(bytes.NewReader(start), resp.Body), resp.Body}
+	t.mu.Lock()
+	t.examples[key] = example + " -> " + strconv.Quote(string(start))
+	t.mu.Unlock()
 }
 
 // requestCounts is a copy of the counters at one time.

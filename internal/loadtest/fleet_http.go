@@ -136,13 +136,17 @@ func (t *countingTransport) RoundTrip(r *http.Request) (*http.Response, error) {
 	return resp, err
 }
 
-func (t *countingTransport) note(key, example string) {
+// note counts one failure under key, and keeps example as the key's example if it is the
+// first; first says so.
+func (t *countingTransport) note(key, example string) (first bool) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	t.statuses[key]++
 	if _, ok := t.examples[key]; !ok {
 		t.examples[key] = example
+		return true
 	}
+	return false
 }
 
 // exampleBodyBytes is how much of a failed answer's body its example keeps.
@@ -154,14 +158,7 @@ const exampleBodyBytes = 300
 // body stays whole for the caller.
 func (t *countingTransport) noteAnswer(key string, r *http.Request, resp *http.Response) {
 	example := r.Method + " " + r.URL.Path
-	t.mu.Lock()
-	_, seen := t.examples[key]
-	t.statuses[key]++
-	if !seen {
-		t.examples[key] = example // taken: no other answer of the key reads its body
-	}
-	t.mu.Unlock()
-	if seen {
+	if !t.note(key, example) {
 		return
 	}
 	start, _ := io.ReadAll(io.LimitReader(resp.Body, exampleBodyBytes))

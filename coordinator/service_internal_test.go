@@ -36,8 +36,8 @@ func TestRetentionPause(t *testing.T) {
 	for _, c := range []struct{ took, least, want time.Duration }{
 		{0, 5 * time.Millisecond, 5 * time.Millisecond},
 		{time.Millisecond, 5 * time.Millisecond, 5 * time.Millisecond},
-		{10 * time.Millisecond, 5 * time.Millisecond, 20 * time.Millisecond},
-		{200 * time.Millisecond, 5 * time.Millisecond, 400 * time.Millisecond},
+		{10 * time.Millisecond, 5 * time.Millisecond, 40 * time.Millisecond},
+		{200 * time.Millisecond, 5 * time.Millisecond, 800 * time.Millisecond},
 	} {
 		if got := retentionPause(c.took, c.least); got != c.want {
 			t.Errorf("retentionPause(%s, %s) = %s, want %s", c.took, c.least, got, c.want)

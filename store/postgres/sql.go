@@ -67,9 +67,12 @@ const listJobsSQL = "SELECT " + jobViewColumns + ` FROM jobs j
 	WHERE NOT j.deleted AND j.name > $1 AND starts_with(j.name, $3) AND ($4 = '' OR j.name = $4)
 	ORDER BY j.name LIMIT $2`
 
-// deleteCheckpointsSQL deletes job $1's checkpoints (their participants and idempotency keys
-// cascade).
-const deleteCheckpointsSQL = "DELETE FROM checkpoints WHERE job = $1"
+// deleteCheckpointsSQL deletes job $1's checkpoints, their participants and their
+// idempotency keys.
+const deleteCheckpointsSQL = `
+	WITH p AS (DELETE FROM checkpoint_participants WHERE job = $1),
+	k AS (DELETE FROM idempotency_keys WHERE job = $1)
+	DELETE FROM checkpoints WHERE job = $1`
 
 // markJobDeletedSQL marks job $1 deleted, keeping its row, so its seq and epochs live on.
 const markJobDeletedSQL = "UPDATE jobs SET deleted = true, updated_at = clock_timestamp() WHERE name = $1"
@@ -528,7 +531,9 @@ const retentionLockKey = 7262837461
 // 1: caches of the job, here and elsewhere, read it again). It takes the advisory lock $3
 // and the job's row only if it can at once (SKIP LOCKED): it returns whether it got the
 // lock, whether it got the job, how many it deleted, and whether the job keeps its history
-// for a while only (when it did not get the job: whether that was for its lock).
+// for a while only (when it did not get the job: whether that was for its lock). The
+// checkpoints' participants and Idempotency-Keys go with them, in the same statement (no
+// foreign key cascades: see migration 000009).
 const deleteExpiredSQL = `
 	WITH g AS MATERIALIZED (SELECT pg_try_advisory_xact_lock($3) AS got),
 	j AS MATERIALIZED (
@@ -548,6 +553,8 @@ const deleteExpiredSQL = `
 			WHERE p.job = c.job AND p.checkpoint_id = c.id AND p.vote = 'prepared' AND p.acked_at IS NULL))
 		ORDER BY c.completed_at LIMIT $2),
 	del AS (DELETE FROM checkpoints d USING cand WHERE d.job = cand.job AND d.id = cand.id RETURNING 1),
+	delp AS (DELETE FROM checkpoint_participants p USING cand WHERE p.job = cand.job AND p.checkpoint_id = cand.id),
+	delk AS (DELETE FROM idempotency_keys k USING cand WHERE k.job = cand.job AND k.checkpoint_id = cand.id),
 	v AS (UPDATE jobs SET version = version + 1 WHERE name = $1 AND EXISTS (SELECT 1 FROM del))
 	SELECT (SELECT got FROM g), EXISTS (SELECT 1 FROM j), (SELECT count(*) FROM del),
 		EXISTS (SELECT 1 FROM jobs WHERE name = $1 AND NOT deleted AND retention_ms > 0)`

@@ -2,6 +2,7 @@ package postgres_test
 
 import (
 	"context"
+	"strconv"
 	"testing"
 	"time"
 
@@ -32,7 +33,7 @@ func TestDeleteJobLeavesNoParticipantsOrKeys(t *testing.T) {
 		ra, _ := svc.Register(ctx, job, "a")
 		rb, _ := svc.Register(ctx, job, "b")
 		for i := range 3 {
-			cp, _, err := svc.Prepare(ctx, job, coordinator.PrepareRequest{IdempotencyKey: "k" + string(rune('0'+i)), Fingerprint: "f"})
+			cp, _, err := svc.Prepare(ctx, job, coordinator.PrepareRequest{IdempotencyKey: "k" + strconv.Itoa(i), Fingerprint: "f"})
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -40,9 +40,10 @@ func benchService(b *testing.B, jobs int) (*coordinator.Service, []string) {
 	return svc, names
 }
 
-// round runs one full round on job: prepare, two prepared votes, two acks.
-func round(ctx context.Context, svc *coordinator.Service, job string) error {
-	cp, _, err := svc.Prepare(ctx, job, coordinator.PrepareRequest{})
+// round runs one full round on job, whose participants a and b registered once (epoch 1):
+// prepare (with req), two prepared votes, two acks.
+func round(ctx context.Context, svc *coordinator.Service, job string, req coordinator.PrepareRequest) error {
+	cp, _, err := svc.Prepare(ctx, job, req)
 	if err != nil {
 		return err
 	}
@@ -80,7 +81,7 @@ func BenchmarkRound(b *testing.B) {
 			for _, job := range names {
 				wg.Go(func() {
 					for done.Add(1) <= int64(b.N) {
-						if err := round(ctx, svc, job); err != nil {
+						if err := round(ctx, svc, job, coordinator.PrepareRequest{}); err != nil {
 							b.Error(err)
 							return
 						}

@@ -1,7 +1,6 @@
 package postgres_test
 
 import (
-	"context"
 	"strconv"
 	"testing"
 	"time"
@@ -9,40 +8,27 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/twophase/coordinator/coordinator"
-	"github.com/twophase/coordinator/store/pgtest"
-	"github.com/twophase/coordinator/store/postgres"
 )
 
 // Deleting a job deletes the rows of its checkpoints' participants and Idempotency-Keys
 // with its checkpoints (no foreign key cascades them), and nothing of another job.
 func TestDeleteJobLeavesNoParticipantsOrKeys(t *testing.T) {
 	t.Parallel()
-	ctx := context.Background()
-	url := pgtest.URL(t)
-	st, err := postgres.Open(ctx, url, postgres.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer st.Close()
-	svc := coordinator.NewService(st, nil)
+	ctx := t.Context()
+	stores, url := openStoresURL(t, 1)
+	svc := coordinator.NewService(stores[0], nil)
 	cfg := coordinator.JobConfig{Participants: []string{"a", "b"}, CheckpointTimeout: time.Minute, MaxConcurrentCheckpoints: 1, AutoCommit: true}
 	for _, job := range []string{"gone", "kept"} {
 		if _, _, err := svc.PutJob(ctx, job, cfg); err != nil {
 			t.Fatal(err)
 		}
-		ra, _ := svc.Register(ctx, job, "a")
-		rb, _ := svc.Register(ctx, job, "b")
+		for _, p := range cfg.Participants {
+			if _, err := svc.Register(ctx, job, p); err != nil {
+				t.Fatal(err)
+			}
+		}
 		for i := range 3 {
-			cp, _, err := svc.Prepare(ctx, job, coordinator.PrepareRequest{IdempotencyKey: "k" + strconv.Itoa(i), Fingerprint: "f"})
-			if err != nil {
-				t.Fatal(err)
-			}
-			svc.Vote(ctx, job, cp.ID, "a", coordinator.Vote{Epoch: ra.Epoch, Kind: coordinator.VotePrepared})
-			if _, err := svc.Vote(ctx, job, cp.ID, "b", coordinator.Vote{Epoch: rb.Epoch, Kind: coordinator.VotePrepared}); err != nil {
-				t.Fatal(err)
-			}
-			svc.Ack(ctx, job, cp.ID, "a", ra.Epoch)
-			if _, err := svc.Ack(ctx, job, cp.ID, "b", rb.Epoch); err != nil {
+			if err := round(ctx, svc, job, coordinator.PrepareRequest{IdempotencyKey: "k" + strconv.Itoa(i), Fingerprint: "f"}); err != nil {
 				t.Fatal(err)
 			}
 		}

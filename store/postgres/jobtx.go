@@ -580,7 +580,7 @@ func (t *jobTx) Checkpoint(ctx context.Context, id int64) (*coordinator.Checkpoi
 	return cps[0], nil
 }
 
-// Owing selects, with the partial index on unacked participants, the checkpoints where the
+// Owing selects, through the partial index of checkpoints on which something is owed, the checkpoints where the
 // participant may owe something: preparing or committing and not acked, or aborted with a
 // prepared vote not acked. coordinator.Owed decides on each.
 func (t *jobTx) Owing(ctx context.Context, participant string) ([]*coordinator.Checkpoint, error) {
@@ -683,6 +683,7 @@ func (t *jobTx) Apply(ctx context.Context, m *coordinator.Mutation) error {
 	for _, cp := range m.Statuses {
 		t.queueStatus(cp)
 	}
+	t.queueRollbackOwed(m, cps)
 	if m.JobDeleted {
 		t.canHandOn, t.canCache = false, false
 		t.queue.add("delete checkpoints", deleteCheckpointsSQL, t.job.Name)
@@ -692,6 +693,28 @@ func (t *jobTx) Apply(ctx context.Context, m *coordinator.Mutation) error {
 		t.queue.add("record "+string(m.Audit[i].Action), insertAuditSQL, auditArgs(&m.Audit[i])...)
 	}
 	return nil
+}
+
+// queueRollbackOwed queues, after m's writes, the statement that keeps owes_rollback of
+// each aborted checkpoint m changed: one it aborted, one on which it recorded an ack (cps
+// holds the checkpoints as m left them; one not there may be aborted too). An ack of a
+// commit, the common case, queues nothing.
+func (t *jobTx) queueRollbackOwed(m *coordinator.Mutation, cps map[int64]*coordinator.Checkpoint) {
+	var ids []int64
+	for _, cp := range m.Statuses {
+		if cp.Status == coordinator.StatusAborted {
+			ids = append(ids, cp.ID)
+		}
+	}
+	for _, a := range m.Acks {
+		if cp, ok := cps[a.Checkpoint]; !ok || cp.Status == coordinator.StatusAborted {
+			ids = append(ids, a.Checkpoint)
+		}
+	}
+	slices.Sort(ids)
+	for _, id := range slices.Compact(ids) {
+		t.queue.add(fmt.Sprintf("keep whether %d is owed a rollback", id), rollbackOwedSQL, t.job.Name, id)
+	}
 }
 
 // queueInsert queues a new checkpoint, its participants, the job's seq if it grows, and the

@@ -2,12 +2,14 @@ package postgres_test
 
 import (
 	"context"
+	"io/fs"
 	"testing"
 	"time"
 
 	"github.com/jackc/pgx/v5"
 
 	"github.com/twophase/coordinator/coordinator"
+	"github.com/twophase/coordinator/migrations"
 	"github.com/twophase/coordinator/store/pgtest"
 	"github.com/twophase/coordinator/store/postgres"
 )
@@ -93,5 +95,68 @@ func TestSchemaFromSearchPath(t *testing.T) {
 	}
 	if v, _, err := postgres.MigrationVersion(own); err != nil || v != postgres.SchemaVersion {
 		t.Fatalf("MigrationVersion in the schema = %d, %v", v, err)
+	}
+}
+
+// Upgrading a database that has an aborted checkpoint whose prepared vote is not acked
+// yet: the migration that moves what is owed onto the checkpoints marks it, so that its
+// participant is still told to roll back; aborted checkpoints with every prepared vote
+// acked, and committed ones, owe nothing.
+func TestMigrationKeepsRollbacksOwed(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	url := pgtest.URL(t)
+	conn, err := pgx.Connect(ctx, url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(context.Background())
+	down, err := fs.ReadFile(migrations.Postgres, "postgres/000010_owed_rollback_on_checkpoint.down.sql")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, stmt := range []string{
+		string(down),
+		"UPDATE schema_migrations SET version = 9, dirty = false",
+		`INSERT INTO jobs (name, participants, checkpoint_timeout_ms, max_concurrent_checkpoints, auto_commit, created_at, updated_at, seq)
+		 VALUES ('j', '{pa,pb}', 60000, 1, true, now(), now(), 3)`,
+		`INSERT INTO participant_epochs (job, participant, epoch) VALUES ('j', 'pa', 1), ('j', 'pb', 1)`,
+		// 1: aborted, pa's prepared vote unacked; 2: aborted, pa's acked; 3: committed.
+		`INSERT INTO checkpoints (job, id, status, auto_commit, created_at, deadline, decided_at, completed_at)
+		 SELECT 'j', g, CASE WHEN g < 3 THEN 'aborted' ELSE 'committed' END, true, now(), now(), now(), now()
+		 FROM generate_series(1, 3) AS g`,
+		`INSERT INTO checkpoint_participants (job, checkpoint_id, position, participant, epoch, vote, committables, voted_at, acked_at) VALUES
+		 ('j', 1, 1, 'pa', 1, 'prepared', '["t1"]', now(), NULL), ('j', 1, 2, 'pb', 1, 'abort', NULL, now(), NULL),
+		 ('j', 2, 1, 'pa', 1, 'prepared', '["t2"]', now(), now()), ('j', 2, 2, 'pb', 1, 'abort', NULL, now(), NULL),
+		 ('j', 3, 1, 'pa', 1, 'prepared', '["t3"]', now(), now()), ('j', 3, 2, 'pb', 1, 'prepared', '["u3"]', now(), now())`,
+	} {
+		if _, err := conn.Exec(ctx, stmt); err != nil {
+			t.Fatalf("%s: %v", stmt, err)
+		}
+	}
+	if err := postgres.MigrateUp(url); err != nil {
+		t.Fatal(err)
+	}
+	rows, err := conn.Query(ctx, "SELECT id, owes_rollback FROM checkpoints WHERE job = 'j' ORDER BY id")
+	if err != nil {
+		t.Fatal(err)
+	}
+	owes, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (bool, error) {
+		var id int64
+		var owes bool
+		err := row.Scan(&id, &owes)
+		return owes, err
+	})
+	if err != nil || len(owes) != 3 || !owes[0] || owes[1] || owes[2] {
+		t.Fatalf("owes_rollback of checkpoints 1, 2, 3 after the migration: %v, %v; want true, false, false", owes, err)
+	}
+	st, err := postgres.Open(ctx, url, postgres.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	p, err := coordinator.NewService(st, nil).Pending(ctx, "j", "pa", 0, 0)
+	if err != nil || len(p.Items) != 1 || p.Items[0].Checkpoint != 1 || p.Items[0].Action != coordinator.ActionAbort {
+		t.Fatalf("pending of pa after the upgrade: %+v, %v; want the abort of checkpoint 1", p, err)
 	}
 }

@@ -97,19 +97,19 @@ var preparingSQL = checkpointsSQL(`SELECT c.*, c.id AS ord FROM checkpoints c WH
 // checkpointSQL reads checkpoint $2 of job $1.
 var checkpointSQL = checkpointsSQL(`SELECT c.*, 0 AS ord FROM checkpoints c WHERE c.job = $1 AND c.id = $2`)
 
-// owingUnackedSQL narrows a job's checkpoints to those with an unacked participant, through
-// the partial index on unacked participants: what is owed is found among the job's open
-// work (and its aborted checkpoints), never by walking its history. Without it PostgreSQL
-// checks the EXISTS below on every checkpoint of the job, a sequential scan once history
-// is large.
-const owingUnackedSQL = `c.id IN (
-		SELECT u.checkpoint_id FROM checkpoint_participants u WHERE u.job = $1 AND u.acked_at IS NULL)`
+// mayOweSQL narrows a job's checkpoints to those on which something may be owed,
+// through the partial index of such checkpoints (checkpoints_job_owed): preparing ones
+// (votes), committing ones (acks of the commit) and aborted ones whose prepared votes are
+// not all acked (owes_rollback). What is owed is found among the job's open work, never by
+// walking its history: without it PostgreSQL checks the EXISTS below on every checkpoint of
+// the job, a sequential scan once history is large.
+const mayOweSQL = `(c.status IN ('preparing', 'committing') OR c.owes_rollback)`
 
 // owingSQL reads job $1's checkpoints where participant $2 (or, if empty, anyone) may still
 // owe something.
 var owingSQL = checkpointsSQL(`
 	SELECT c.*, c.id AS ord FROM checkpoints c
-	WHERE c.job = $1 AND ` + owingUnackedSQL + ` AND EXISTS (
+	WHERE c.job = $1 AND ` + mayOweSQL + ` AND EXISTS (
 		SELECT 1 FROM checkpoint_participants p
 		WHERE p.job = c.job AND p.checkpoint_id = c.id AND p.acked_at IS NULL
 		  AND ($2 = '' OR p.participant = $2)
@@ -126,7 +126,7 @@ var viewSQL = `SELECT ` + jobRowColumns + `, j.version, clock_timestamp(), e.par
 	CROSS JOIN (` + epochsSQL + `) e
 	LEFT JOIN ((
 		SELECT c.* FROM checkpoints c
-		WHERE c.job = $1 AND ` + owingUnackedSQL + ` AND EXISTS (
+		WHERE c.job = $1 AND ` + mayOweSQL + ` AND EXISTS (
 			SELECT 1 FROM checkpoint_participants p
 			WHERE p.job = c.job AND p.checkpoint_id = c.id AND p.acked_at IS NULL
 			  AND (c.status IN ('preparing', 'committing') OR (c.status = 'aborted' AND p.vote = 'prepared')))
@@ -234,6 +234,16 @@ const (
 		WHERE job = $1 AND checkpoint_id = $2 AND participant = $3`
 	saveAckSQL = `UPDATE checkpoint_participants SET acked_at = $4, acked_by = $5 WHERE job = $1 AND checkpoint_id = $2 AND participant = $3`
 )
+
+// rollbackOwedSQL sets whether aborted checkpoint $2 of job $1 is still owed a rollback: a
+// participant that voted prepared has not acked the abort. It runs after the writes that
+// abort the checkpoint or ack it, in the same transaction, so it sees them; it changes
+// nothing on a checkpoint that is not aborted, or when the answer did not change.
+const rollbackOwedSQL = `UPDATE checkpoints c SET owes_rollback = x.owes
+	FROM (SELECT EXISTS (
+		SELECT 1 FROM checkpoint_participants p
+		WHERE p.job = $1 AND p.checkpoint_id = $2 AND p.vote = 'prepared' AND p.acked_at IS NULL) AS owes) x
+	WHERE c.job = $1 AND c.id = $2 AND c.status = 'aborted' AND c.owes_rollback <> x.owes`
 
 func saveVoteArgs(job string, id int64, p *coordinator.ParticipantState) []any {
 	var committables any // NULL when there are none; otherwise the text column gets the bytes as they are, uncopied
@@ -418,16 +428,17 @@ const openCheckpointsSQL = `SELECT * FROM checkpoints WHERE job = $1 AND status 
 	SELECT * FROM checkpoints WHERE job = $1 AND id = $2 AND status <> 'preparing'`
 
 // owedElsewhereSQL returns the checkpoints of job $1 that openCheckpointsSQL does not
-// select and on which a participant still owes something: a commit, or an abort it
-// prepared for, on a checkpoint other than $2 (every unacked participant of a committing
-// checkpoint voted prepared), at most maxCachedCheckpoints+1 of them, found through the
-// partial index on unacked participants. Once the jobTx holds each of them too (or there
-// is none), it holds every checkpoint anyone owes something on, and the cache can tell a
-// participant that owes nothing without a read (DESIGN.md, invariant 14).
+// select and on which a participant still owes something: a commit (every committing
+// checkpoint has a participant that has not acked it), or an abort it prepared for
+// (owes_rollback), on a checkpoint other than $2, at most maxCachedCheckpoints+1 of them,
+// found through the partial index of checkpoints on which something is owed. Once the
+// jobTx holds each of them too (or there is none), it holds every checkpoint anyone owes
+// something on, and the cache can tell a participant that owes nothing without a read
+// (DESIGN.md, invariant 14).
 var owedElsewhereSQL = `SELECT ARRAY(
-		SELECT DISTINCT u.checkpoint_id FROM checkpoint_participants u JOIN checkpoints o ON o.job = u.job AND o.id = u.checkpoint_id
-		WHERE u.job = $1 AND u.acked_at IS NULL AND u.vote = 'prepared' AND u.checkpoint_id <> $2
-		  AND o.status IN ('committing', 'aborted')
+		SELECT o.id FROM checkpoints o
+		WHERE o.job = $1 AND (o.status IN ('preparing', 'committing') OR o.owes_rollback)
+		  AND (o.status = 'committing' OR o.owes_rollback) AND o.id <> $2
 		LIMIT ` + strconv.Itoa(maxCachedCheckpoints+1) + `)`
 
 const jobCheckpointsSQL = `(` + openCheckpointsSQL + `) c

@@ -580,9 +580,10 @@ func (t *jobTx) Checkpoint(ctx context.Context, id int64) (*coordinator.Checkpoi
 	return cps[0], nil
 }
 
-// Owing selects, through the partial index of checkpoints on which something is owed, the checkpoints where the
-// participant may owe something: preparing or committing and not acked, or aborted with a
-// prepared vote not acked. coordinator.Owed decides on each.
+// Owing selects, through the partial index of checkpoints on which something is owed
+// (mayOweSQL), the checkpoints where the participant may owe something: preparing or
+// committing and not acked, or aborted with a prepared vote not acked. coordinator.Owed
+// decides on each.
 func (t *jobTx) Owing(ctx context.Context, participant string) ([]*coordinator.Checkpoint, error) {
 	if t.owingLoaded {
 		return coordinator.OwingOf(t.owing, participant), nil

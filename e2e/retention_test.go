@@ -39,7 +39,7 @@ const (
 func TestRetentionSurvivesSIGKILL(t *testing.T) {
 	t.Parallel()
 	dbURL := pgtest.URL(t)
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 
 	// The job and its participant, through a coordinator, which then goes away: the
@@ -123,8 +123,11 @@ func TestRetentionSurvivesSIGKILL(t *testing.T) {
 		if n < retSurvivors {
 			t.Fatalf("%d checkpoints left, fewer than the %d that must stay", n, retSurvivors)
 		}
-		if time.Since(restarted) > 30*time.Second {
-			t.Fatalf("30 s after the restart, %d checkpoints left, want %d", n, retSurvivors)
+		// Deletion pauses four times as long as each batch took, so on a machine busy with
+		// other tests it goes at a fraction of its idle rate (about 1,200 a second seen,
+		// 40 s for what is left): the bound is for a deletion that stopped, not a slow one.
+		if time.Since(restarted) > 90*time.Second {
+			t.Fatalf("90 s after the restart, %d checkpoints left, want %d", n, retSurvivors)
 		}
 		time.Sleep(50 * time.Millisecond)
 	}

@@ -97,12 +97,13 @@ var preparingSQL = checkpointsSQL(`SELECT c.*, c.id AS ord FROM checkpoints c WH
 // checkpointSQL reads checkpoint $2 of job $1.
 var checkpointSQL = checkpointsSQL(`SELECT c.*, 0 AS ord FROM checkpoints c WHERE c.job = $1 AND c.id = $2`)
 
-// mayOweSQL narrows a job's checkpoints to those on which something may be owed,
-// through the partial index of such checkpoints (checkpoints_job_owed): preparing ones
-// (votes), committing ones (acks of the commit) and aborted ones whose prepared votes are
-// not all acked (owes_rollback). What is owed is found among the job's open work, never by
-// walking its history: without it PostgreSQL checks the EXISTS below on every checkpoint of
-// the job, a sequential scan once history is large.
+// mayOweSQL narrows a job's checkpoints (as c) to those on which something may be owed,
+// through the partial index of such checkpoints (checkpoints_job_owed, whose predicate is
+// this condition, so that the planner can use it): preparing ones (votes), committing ones
+// (acks of the commit) and aborted ones whose prepared votes are not all acked
+// (owes_rollback). What is owed is found among the job's open work, never by walking its
+// history: without it PostgreSQL checks the EXISTS below on every checkpoint of the job, a
+// sequential scan once history is large.
 const mayOweSQL = `(c.status IN ('preparing', 'committing') OR c.owes_rollback)`
 
 // owingSQL reads job $1's checkpoints where participant $2 (or, if empty, anyone) may still
@@ -431,14 +432,14 @@ const openCheckpointsSQL = `SELECT * FROM checkpoints WHERE job = $1 AND status 
 // select and on which a participant still owes something: a commit (every committing
 // checkpoint has a participant that has not acked it), or an abort it prepared for
 // (owes_rollback), on a checkpoint other than $2, at most maxCachedCheckpoints+1 of them,
-// found through the partial index of checkpoints on which something is owed. Once the
-// jobTx holds each of them too (or there is none), it holds every checkpoint anyone owes
-// something on, and the cache can tell a participant that owes nothing without a read
-// (DESIGN.md, invariant 14).
+// found through the partial index of checkpoints on which something is owed (mayOweSQL,
+// which the index's predicate repeats). Once the jobTx holds each of them too (or there is
+// none), it holds every checkpoint anyone owes something on, and the cache can tell a
+// participant that owes nothing without a read (DESIGN.md, invariant 14).
 var owedElsewhereSQL = `SELECT ARRAY(
-		SELECT o.id FROM checkpoints o
-		WHERE o.job = $1 AND (o.status IN ('preparing', 'committing') OR o.owes_rollback)
-		  AND (o.status = 'committing' OR o.owes_rollback) AND o.id <> $2
+		SELECT c.id FROM checkpoints c
+		WHERE c.job = $1 AND ` + mayOweSQL + `
+		  AND (c.status = 'committing' OR c.owes_rollback) AND c.id <> $2
 		LIMIT ` + strconv.Itoa(maxCachedCheckpoints+1) + `)`
 
 const jobCheckpointsSQL = `(` + openCheckpointsSQL + `) c

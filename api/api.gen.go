@@ -736,6 +736,11 @@ type PutAckParams struct {
 
 // PutVoteParams defines parameters for PutVote.
 type PutVoteParams struct {
+	// WaitMs Once the vote is recorded, while the checkpoint is `preparing`, wait up to this
+	// many milliseconds for its decision, then answer with the checkpoint as it
+	// stands. Checked before the vote: out of range, nothing is recorded (400).
+	WaitMs *int64 `form:"wait_ms,omitempty" json:"wait_ms,omitempty"`
+
 	// Prefer `return=minimal` (RFC 7240) answers the checkpoint with only one participant's entry
 	// (the voter's, the acker's, or the `participant` query parameter's) and the counts
 	// `votes` and `acks`, instead of every participant with its committables: what a
@@ -1816,6 +1821,19 @@ func (siw *ServerInterfaceWrapper) PutVote(w http.ResponseWriter, r *http.Reques
 
 	// Parameter object where we will unmarshal all parameters from the context
 	var params PutVoteParams
+
+	// ------------- Optional query parameter "wait_ms" -------------
+
+	err = runtime.BindQueryParameterWithOptions("form", true, false, "wait_ms", r.URL.Query(), &params.WaitMs, runtime.BindQueryParameterOptions{Type: "integer", Format: "int64"})
+	if err != nil {
+		var requiredError *runtime.RequiredParameterError
+		if errors.As(err, &requiredError) {
+			siw.ErrorHandlerFunc(w, r, &RequiredParamError{ParamName: "wait_ms"})
+		} else {
+			siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "wait_ms", Err: err})
+		}
+		return
+	}
 
 	headers := r.Header
 

@@ -159,9 +159,10 @@ func operationMiddleware(opts Options, pw *problemWriter) MiddlewareFunc {
 	}
 }
 
-// longPoll is how long the request may wait on purpose (GET or HEAD checkpoint's wait_ms).
+// longPoll is how long the request may wait on purpose: the wait_ms of a GET or HEAD
+// (a checkpoint, pending) or of a vote.
 func longPoll(r *http.Request) time.Duration {
-	if r.Method != http.MethodGet && r.Method != http.MethodHead {
+	if r.URL.RawQuery == "" || r.Method != http.MethodGet && r.Method != http.MethodHead && !(r.Method == http.MethodPut && isVotePath(r.URL.Path)) {
 		return 0
 	}
 	ms, err := strconv.ParseInt(r.URL.Query().Get("wait_ms"), 10, 64)
@@ -169,6 +170,16 @@ func longPoll(r *http.Request) time.Duration {
 		return 0
 	}
 	return min(milliseconds(ms), coordinator.MaxLongPoll)
+}
+
+// isVotePath reports whether path is a vote's: /v1/jobs/{job}/checkpoints/{id}/votes/{p}.
+func isVotePath(path string) bool {
+	rest, ok := strings.CutPrefix(path, "/v1/jobs/")
+	if !ok {
+		return false
+	}
+	parts := strings.Split(rest, "/")
+	return len(parts) == 5 && parts[1] == "checkpoints" && parts[3] == "votes"
 }
 
 // methodNotAllowed answers 405 with the methods the path does accept in Allow.

@@ -81,7 +81,8 @@ var queryParams = map[string]reflect.Type{
 	"GET /v1/checkpoints":                 reflect.TypeFor[ListOpenCheckpointsParams](),
 	"GET /v1/tokens":                      reflect.TypeFor[ListTokensParams](),
 	"GET /v1/audit":                       reflect.TypeFor[ListAuditParams](),
-	"GET /v1/jobs/{job}/participants/{participant}/pending": reflect.TypeFor[GetPendingParams](),
+	"GET /v1/jobs/{job}/participants/{participant}/pending":   reflect.TypeFor[GetPendingParams](),
+	"PUT /v1/jobs/{job}/checkpoints/{id}/votes/{participant}": reflect.TypeFor[PutVoteParams](),
 }
 
 // queryNames is queryParams with the names read out of the types.

@@ -36,7 +36,7 @@ func testUnknownQueryParameters(t *testing.T) {
 		{"GET", "/v1/jobs?=5", "", "query", "without a name"},
 		// A header parameter is not a query parameter.
 		{"POST", "/v1/jobs/j/checkpoints?Idempotency-Key=k", "", "Idempotency-Key", "which takes none"},
-		{"PUT", votePathOf("j", 1, "a") + "?force=true", `{"epoch":1,"vote":"prepared"}`, "force", "which takes none"},
+		{"PUT", votePathOf("j", 1, "a") + "?force=true", `{"epoch":1,"vote":"prepared"}`, "force", "which takes wait_ms"},
 		{"PUT", ackPathOf("j", 1, "a") + "?epoch=1", `{"epoch":1}`, "epoch", "which takes none"},
 		{"POST", "/v1/jobs/j/checkpoints/1/abort?reason=x", "", "reason", "which takes none"},
 		{"POST", "/v1/jobs/j/checkpoints/1/commit?now=1", "", "now", "which takes none"},

@@ -290,7 +290,11 @@ func (s *server) PutVote(ctx context.Context, req PutVoteRequestObject) (PutVote
 	if req.Body.Reason != nil {
 		v.Reason = *req.Body.Reason
 	}
-	cp, err := s.svc.Vote(ctx, req.Job, req.Id, req.Participant, v)
+	var wait int64
+	if req.Params.WaitMs != nil {
+		wait = *req.Params.WaitMs
+	}
+	cp, err := s.svc.VoteAndWait(ctx, req.Job, req.Id, req.Participant, v, milliseconds(wait))
 	if err != nil {
 		return nil, err
 	}

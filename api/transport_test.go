@@ -310,7 +310,7 @@ func testLongPollsBounded(t *testing.T) {
 	}
 }
 
-// heldServer holds every GetCheckpoint with a wait_ms until it takes a token from
+// heldServer holds every GetCheckpoint (and PutVote) with a wait_ms until it takes a token from
 // release (or release is closed), saying on entered when one begins to wait.
 type heldServer struct {
 	stubServer
@@ -324,6 +324,15 @@ func (s heldServer) GetCheckpoint(ctx context.Context, req GetCheckpointRequestO
 		<-s.release
 	}
 	return s.stubServer.GetCheckpoint(ctx, req)
+}
+
+// PutVote holds a vote with a wait_ms like GetCheckpoint.
+func (s heldServer) PutVote(ctx context.Context, req PutVoteRequestObject) (PutVoteResponseObject, error) {
+	if req.Params.WaitMs != nil && *req.Params.WaitMs > 0 {
+		s.entered <- struct{}{}
+		<-s.release
+	}
+	return s.stubServer.PutVote(ctx, req)
 }
 
 // TestWaiterBound counts exactly the requests held: MaxWaiters of them wait, the next one
@@ -343,7 +352,12 @@ func TestWaiterBound(t *testing.T) {
 
 			results := make(chan int, 16)
 			send := func(method, query string) {
-				req, _ := http.NewRequest(method, srv.URL+"/v1/jobs/j/checkpoints/1"+query, nil)
+				path, body := "/v1/jobs/j/checkpoints/1", io.Reader(nil)
+				if method == "PUT" { // a vote
+					path, body = path+"/votes/p", strings.NewReader(`{"epoch":1,"vote":"prepared"}`)
+				}
+				req, _ := http.NewRequest(method, srv.URL+path+query, body)
+				req.Header.Set("Content-Type", "application/json")
 				resp, err := http.DefaultClient.Do(req)
 				if err != nil {
 					results <- 0
@@ -355,6 +369,17 @@ func TestWaiterBound(t *testing.T) {
 			hold := func(what string) {
 				t.Helper()
 				go send("GET", "?wait_ms=20000")
+				select {
+				case <-s.entered:
+				case status := <-results:
+					t.Fatalf("%s: answered %d, not held", what, status)
+				case <-time.After(5 * time.Second):
+					t.Fatalf("%s: neither held nor answered", what)
+				}
+			}
+			holdVote := func(what string) {
+				t.Helper()
+				go send("PUT", "?wait_ms=20000")
 				select {
 				case <-s.entered:
 				case status := <-results:
@@ -393,9 +418,18 @@ func TestWaiterBound(t *testing.T) {
 				answered("a GET that does not wait, at the bound", 200)
 				go send("GET", "?wait_ms=0")
 				answered("a GET with wait_ms=0, at the bound", 200)
+				go send("PUT", "?wait_ms=20000")
+				answered("a vote that would wait, past the bound", 503)
+				go send("PUT", "")
+				answered("a vote that does not wait, at the bound", 200)
 
 				s.release <- struct{}{}
 				answered("the long-poll released", 200)
+				holdVote("a vote that waits, once a long-poll ended")
+				go send("GET", "?wait_ms=20000")
+				answered("a GET long-poll past the bound, a vote waiting", 503)
+				s.release <- struct{}{}
+				answered("the vote released", 200)
 				hold("a long-poll once one ended")
 				go send("GET", "?wait_ms=20000")
 				answered("a GET long-poll past the bound again", 503)

@@ -262,10 +262,8 @@ func (s *Service) Pending(ctx context.Context, job, participant string, wait tim
 		validateEpoch(&f, epoch)
 		return nil, f.err()
 	}
-	if wait < 0 || wait > MaxLongPoll {
-		var f fieldErrors
-		f.add("wait_ms", "must be from 0 to %d", MaxLongPoll.Milliseconds())
-		return nil, f.err()
+	if err := validateWait(wait); err != nil {
+		return nil, err
 	}
 	if wait == 0 || s.waitsEnded() {
 		return s.pending(ctx, job, participant)
@@ -470,14 +468,28 @@ func (s *Service) GetCheckpoint(ctx context.Context, job string, id int64, wait 
 	if err := validateCheckpoint(job, id); err != nil {
 		return nil, err
 	}
-	if wait < 0 || wait > MaxLongPoll {
-		var f fieldErrors
-		f.add("wait_ms", "must be from 0 to %d", MaxLongPoll.Milliseconds())
-		return nil, f.err()
+	if err := validateWait(wait); err != nil {
+		return nil, err
 	}
 	if wait == 0 || s.waitsEnded() {
 		return s.readCheckpoint(ctx, job, id)
 	}
+	return s.awaitDecision(ctx, job, id, wait)
+}
+
+// validateWait checks a long-poll's wait (wait_ms).
+func validateWait(wait time.Duration) error {
+	if wait < 0 || wait > MaxLongPoll {
+		var f fieldErrors
+		f.add("wait_ms", "must be from 0 to %d", MaxLongPoll.Milliseconds())
+		return f.err()
+	}
+	return nil
+}
+
+// awaitDecision waits up to wait for checkpoint id to leave preparing, and returns it as it
+// then stands (at once if it is decided already).
+func (s *Service) awaitDecision(ctx context.Context, job string, id int64, wait time.Duration) (*Checkpoint, error) {
 	timer := time.NewTimer(wait)
 	defer timer.Stop()
 	knower, _ := s.store.(PreparingKnower)
@@ -555,6 +567,31 @@ func (s *Service) Vote(ctx context.Context, job string, id int64, participant st
 		s.observer.Voted(job, v.Kind, r)
 	}
 	return cp, err
+}
+
+// VoteAndWait is Vote, then, with wait > 0 and the checkpoint still preparing after the
+// vote, a wait of up to wait for its decision: the voter learns the decision from its vote
+// instead of asking again. wait is checked before the vote; the vote is recorded whatever
+// becomes of the wait, and when the wait cannot tell (the request ends, the store cannot be
+// read), the answer is the checkpoint as the vote left it.
+func (s *Service) VoteAndWait(ctx context.Context, job string, id int64, participant string, v Vote, wait time.Duration) (*Checkpoint, error) {
+	if err := validateWait(wait); err != nil {
+		return nil, err
+	}
+	cp, err := s.Vote(ctx, job, id, participant, v)
+	if err != nil || wait == 0 || cp.Status != StatusPreparing || s.waitsEnded() {
+		return cp, err
+	}
+	// The other votes come close behind this one: often one has decided already.
+	if knower, ok := s.store.(DecisionKnower); ok {
+		if decided := knower.KnownDecided(job, id); decided != nil {
+			return decided, nil
+		}
+	}
+	if decided, err := s.awaitDecision(ctx, job, id, wait); err == nil {
+		return decided, nil
+	}
+	return cp, nil
 }
 
 // Commit decides commit for a checkpoint whose votes are all prepared. reason, if any, goes

@@ -81,6 +81,13 @@ type PreparingKnower interface {
 	KnownPreparing(job string, id int64) bool
 }
 
+// DecisionKnower is implemented by a store that may know, without reading, that a
+// checkpoint is decided: KnownDecided returns a copy of it as this process last knew it
+// (its status final, its acks perhaps behind another process's), nil when it does not know.
+type DecisionKnower interface {
+	KnownDecided(job string, id int64) *Checkpoint
+}
+
 // VersionKnower is implemented by a store that may know, without reading, the Version of a
 // job as it stands, in a way that a waiter subscribed to the job's changes (AnyCheckpoint)
 // before asking is woken by any change committed after what the store knows (by this

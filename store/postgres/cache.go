@@ -196,17 +196,33 @@ func (c *stateCache) listen(on bool) {
 }
 
 // knownPreparing reports whether checkpoint id of job is preparing by what this process
-// knows, without a read: its cached state says so, and the listener is listening
-// (DESIGN.md, invariant 6).
+// knows, without a read: its cached state says so, or the state a batch took and has not
+// put back, and the listener is listening (DESIGN.md, invariant 6).
 func (c *stateCache) knownPreparing(job string, id int64) bool {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	st := c.jobs[job]
-	if !c.listening || st == nil {
+	st := c.known(job)
+	if st == nil {
 		return false
 	}
 	cp := st.checkpoints[id]
 	return cp != nil && cp.Status == coordinator.StatusPreparing
+}
+
+// knownDecided returns a copy of checkpoint id of job if, by what this process knows
+// without a read (as knownPreparing), it is decided; nil otherwise.
+func (c *stateCache) knownDecided(job string, id int64) *coordinator.Checkpoint {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	st := c.known(job)
+	if st == nil {
+		return nil
+	}
+	cp := st.checkpoints[id]
+	if cp == nil || cp.Status == coordinator.StatusPreparing {
+		return nil
+	}
+	return cp.Clone()
 }
 
 // knownVersion returns job's version by what this process knows, without a read: its

@@ -47,6 +47,24 @@ func TestKnownPreparingOnlyWhatCannotBeStale(t *testing.T) {
 	if !c.knownPreparing("j", 1) {
 		t.Fatal("a state from a batch begun after the news is not cached")
 	}
+	// A batch takes the state: until it puts back or releases, the state it began from
+	// answers (it publishes its decisions only after that); news from another process
+	// drops it like a cached one.
+	if c.take("j") == nil || !c.knownPreparing("j", 1) {
+		t.Fatal("the state a batch took is not known preparing")
+	}
+	c.release("j")
+	if c.knownPreparing("j", 1) {
+		t.Fatal("still known preparing after the batch that took the state failed")
+	}
+	c.put(cachedTx(), 10, time.Now())
+	c.take("j")
+	c.heardForeign("j")
+	if c.knownPreparing("j", 1) {
+		t.Fatal("a state a batch took is still known preparing after another process decided on the job")
+	}
+	c.put(cachedTx(), 11, time.Now())
+	c.take("j")
 	c.listen(false)
 	if c.knownPreparing("j", 1) {
 		t.Fatal("known preparing while the listener is down")
@@ -129,5 +147,41 @@ func TestBusyStateToldUntilPutOrReleased(t *testing.T) {
 	c.listen(false)
 	if got := told(); got != 0 {
 		t.Fatalf("taken, with the listener down: still told version %d", got)
+	}
+}
+
+// TestKnownDecidedOnlyWhatCannotBeStale: knownDecided, which answers a vote that waits for
+// its checkpoint's decision without a read, answers a copy of a decided checkpoint, never
+// a preparing one, and trusts what knownPreparing trusts.
+func TestKnownDecidedOnlyWhatCannotBeStale(t *testing.T) {
+	c := newStateCache()
+	c.listen(true)
+	c.put(cachedTx(), 7, time.Now())
+	if c.knownDecided("j", 1) != nil {
+		t.Fatal("a preparing checkpoint is known decided")
+	}
+	decided := cachedTx()
+	decided.checkpoints[1].Status = coordinator.StatusCommitting
+	c.put(decided, 8, time.Now())
+	cp := c.knownDecided("j", 1)
+	if cp == nil || cp.Status != coordinator.StatusCommitting || c.knownDecided("j", 2) != nil || c.knownDecided("k", 1) != nil {
+		t.Fatalf("knownDecided answers %+v, want the cached committing checkpoint only", cp)
+	}
+	cp.Status = coordinator.StatusAborted
+	if again := c.knownDecided("j", 1); again.Status != coordinator.StatusCommitting {
+		t.Fatal("knownDecided hands out the cached checkpoint itself, not a copy")
+	}
+	c.take("j") // a batch holds the job: the state it began from answers
+	if c.knownDecided("j", 1) == nil {
+		t.Fatal("the state a batch took is not known decided")
+	}
+	c.heardForeign("j")
+	if c.knownDecided("j", 1) != nil {
+		t.Fatal("known decided after another process decided on the job")
+	}
+	c.put(decided, 9, time.Now())
+	c.listen(false)
+	if c.knownDecided("j", 1) != nil {
+		t.Fatal("known decided while the listener is down")
 	}
 }

@@ -225,6 +225,11 @@ func (s *Store) KnownPreparing(job string, id int64) bool {
 	return s.committer.cache.knownPreparing(job, id)
 }
 
+// KnownDecided implements coordinator.DecisionKnower: see stateCache.knownDecided.
+func (s *Store) KnownDecided(job string, id int64) *coordinator.Checkpoint {
+	return s.committer.cache.knownDecided(job, id)
+}
+
 // KnownVersion implements coordinator.VersionKnower: see stateCache.knownVersion.
 func (s *Store) KnownVersion(job string) (int64, bool) {
 	return s.committer.cache.knownVersion(job)

@@ -735,6 +735,11 @@ type PutAckParams struct {
 
 // PutVoteParams defines parameters for PutVote.
 type PutVoteParams struct {
+	// WaitMs Once the vote is recorded, while the checkpoint is `preparing`, wait up to this
+	// many milliseconds for its decision, then answer with the checkpoint as it
+	// stands. Checked before the vote: out of range, nothing is recorded (400).
+	WaitMs *int64 `form:"wait_ms,omitempty" json:"wait_ms,omitempty"`
+
 	// Prefer `return=minimal` (RFC 7240) answers the checkpoint with only one participant's entry
 	// (the voter's, the acker's, or the `participant` query parameter's) and the counts
 	// `votes` and `acks`, instead of every participant with its committables: what a
@@ -1125,6 +1130,13 @@ type ClientInterface interface {
 	// idempotency check). A vote after the deadline is not counted: the checkpoint is
 	// aborted and the vote gets 409 `already_decided`.
 	//
+	// With `wait_ms`, a vote that leaves the checkpoint `preparing` is answered once the
+	// checkpoint is decided (by any coordinator on the database), or when `wait_ms` ends:
+	// the voter learns the decision from its vote instead of asking `pending` again. The
+	// vote is recorded before the wait; the wait changes only when the answer comes. A
+	// participant of a job that may hold several checkpoints open at once should not wait
+	// here: a checkpoint opened meanwhile does not end the wait (`pending` learns of both).
+	//
 	// Takes any type of body and a specified content type.
 	//
 	// Corresponds with PUT /v1/jobs/{job}/checkpoints/{id}/votes/{participant} (the `PutVote` operationId).
@@ -1137,6 +1149,13 @@ type ClientInterface interface {
 	// An epoch other than the participant's current one gets 409 `fenced` (before any
 	// idempotency check). A vote after the deadline is not counted: the checkpoint is
 	// aborted and the vote gets 409 `already_decided`.
+	//
+	// With `wait_ms`, a vote that leaves the checkpoint `preparing` is answered once the
+	// checkpoint is decided (by any coordinator on the database), or when `wait_ms` ends:
+	// the voter learns the decision from its vote instead of asking `pending` again. The
+	// vote is recorded before the wait; the wait changes only when the answer comes. A
+	// participant of a job that may hold several checkpoints open at once should not wait
+	// here: a checkpoint opened meanwhile does not end the wait (`pending` learns of both).
 	//
 	// Takes a body of the `application/json` content type.
 	//
@@ -1727,6 +1746,13 @@ func (c *Client) CompleteCheckpoint(ctx context.Context, job JobName, id Checkpo
 // idempotency check). A vote after the deadline is not counted: the checkpoint is
 // aborted and the vote gets 409 `already_decided`.
 //
+// With `wait_ms`, a vote that leaves the checkpoint `preparing` is answered once the
+// checkpoint is decided (by any coordinator on the database), or when `wait_ms` ends:
+// the voter learns the decision from its vote instead of asking `pending` again. The
+// vote is recorded before the wait; the wait changes only when the answer comes. A
+// participant of a job that may hold several checkpoints open at once should not wait
+// here: a checkpoint opened meanwhile does not end the wait (`pending` learns of both).
+//
 // Takes any type of body and a specified content type.
 //
 // Corresponds with PUT /v1/jobs/{job}/checkpoints/{id}/votes/{participant} (the `PutVote` operationId).
@@ -1749,6 +1775,13 @@ func (c *Client) PutVoteWithBody(ctx context.Context, job JobName, id Checkpoint
 // An epoch other than the participant's current one gets 409 `fenced` (before any
 // idempotency check). A vote after the deadline is not counted: the checkpoint is
 // aborted and the vote gets 409 `already_decided`.
+//
+// With `wait_ms`, a vote that leaves the checkpoint `preparing` is answered once the
+// checkpoint is decided (by any coordinator on the database), or when `wait_ms` ends:
+// the voter learns the decision from its vote instead of asking `pending` again. The
+// vote is recorded before the wait; the wait changes only when the answer comes. A
+// participant of a job that may hold several checkpoints open at once should not wait
+// here: a checkpoint opened meanwhile does not end the wait (`pending` learns of both).
 //
 // Takes a body of the `application/json` content type.
 //
@@ -2967,6 +3000,33 @@ func NewPutVoteRequestWithBody(server string, job JobName, id CheckpointID, part
 		return nil, err
 	}
 
+	if params != nil {
+		// queryValues collects non-styled parameters (passthrough, JSON)
+		// that are safe to round-trip through url.Values.Encode().
+		queryValues := queryURL.Query()
+		// rawQueryFragments collects pre-encoded query fragments from
+		// styled parameters, preserving literal commas as delimiters
+		// per the OpenAPI spec (e.g. "color=blue,black,brown").
+		var rawQueryFragments []string
+
+		if params.WaitMs != nil {
+
+			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "wait_ms", *params.WaitMs, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "integer", Format: "int64"}); err != nil {
+				return nil, err
+			} else {
+				for _, qp := range strings.Split(queryFrag, "&") {
+					rawQueryFragments = append(rawQueryFragments, qp)
+				}
+			}
+
+		}
+
+		if encoded := queryValues.Encode(); encoded != "" {
+			rawQueryFragments = append(rawQueryFragments, encoded)
+		}
+		queryURL.RawQuery = strings.Join(rawQueryFragments, "&")
+	}
+
 	req, err := http.NewRequest(http.MethodPut, queryURL.String(), body)
 	if err != nil {
 		return nil, err
@@ -3619,6 +3679,13 @@ type ClientWithResponsesInterface interface {
 	// idempotency check). A vote after the deadline is not counted: the checkpoint is
 	// aborted and the vote gets 409 `already_decided`.
 	//
+	// With `wait_ms`, a vote that leaves the checkpoint `preparing` is answered once the
+	// checkpoint is decided (by any coordinator on the database), or when `wait_ms` ends:
+	// the voter learns the decision from its vote instead of asking `pending` again. The
+	// vote is recorded before the wait; the wait changes only when the answer comes. A
+	// participant of a job that may hold several checkpoints open at once should not wait
+	// here: a checkpoint opened meanwhile does not end the wait (`pending` learns of both).
+	//
 	// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
 	//
 	// Corresponds with PUT /v1/jobs/{job}/checkpoints/{id}/votes/{participant} (the `PutVote` operationId).
@@ -3631,6 +3698,13 @@ type ClientWithResponsesInterface interface {
 	// An epoch other than the participant's current one gets 409 `fenced` (before any
 	// idempotency check). A vote after the deadline is not counted: the checkpoint is
 	// aborted and the vote gets 409 `already_decided`.
+	//
+	// With `wait_ms`, a vote that leaves the checkpoint `preparing` is answered once the
+	// checkpoint is decided (by any coordinator on the database), or when `wait_ms` ends:
+	// the voter learns the decision from its vote instead of asking `pending` again. The
+	// vote is recorded before the wait; the wait changes only when the answer comes. A
+	// participant of a job that may hold several checkpoints open at once should not wait
+	// here: a checkpoint opened meanwhile does not end the wait (`pending` learns of both).
 	//
 	// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
 	//
@@ -5566,6 +5640,13 @@ func (c *ClientWithResponses) CompleteCheckpointWithResponse(ctx context.Context
 // idempotency check). A vote after the deadline is not counted: the checkpoint is
 // aborted and the vote gets 409 `already_decided`.
 //
+// With `wait_ms`, a vote that leaves the checkpoint `preparing` is answered once the
+// checkpoint is decided (by any coordinator on the database), or when `wait_ms` ends:
+// the voter learns the decision from its vote instead of asking `pending` again. The
+// vote is recorded before the wait; the wait changes only when the answer comes. A
+// participant of a job that may hold several checkpoints open at once should not wait
+// here: a checkpoint opened meanwhile does not end the wait (`pending` learns of both).
+//
 // Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
 //
 // Corresponds with PUT /v1/jobs/{job}/checkpoints/{id}/votes/{participant} (the `PutVote` operationId).
@@ -5584,6 +5665,13 @@ func (c *ClientWithResponses) PutVoteWithBodyWithResponse(ctx context.Context, j
 // An epoch other than the participant's current one gets 409 `fenced` (before any
 // idempotency check). A vote after the deadline is not counted: the checkpoint is
 // aborted and the vote gets 409 `already_decided`.
+//
+// With `wait_ms`, a vote that leaves the checkpoint `preparing` is answered once the
+// checkpoint is decided (by any coordinator on the database), or when `wait_ms` ends:
+// the voter learns the decision from its vote instead of asking `pending` again. The
+// vote is recorded before the wait; the wait changes only when the answer comes. A
+// participant of a job that may hold several checkpoints open at once should not wait
+// here: a checkpoint opened meanwhile does not end the wait (`pending` learns of both).
 //
 // Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
 //

@@ -410,9 +410,23 @@ var minimal = "return=minimal"
 // ErrAlreadyDecided (with the checkpoint in the *APIError) when the checkpoint was decided
 // first, ErrVoteConflict when another vote was recorded for this participant.
 func (c *Coordinator) Vote(ctx context.Context, job string, id int64, participant string, v VoteRequest) (*Checkpoint, error) {
+	return c.VoteAndWait(ctx, job, id, participant, v, 0)
+}
+
+// VoteAndWait is Vote, and then, when the vote leaves the checkpoint preparing, a wait of
+// up to wait (at most a minute) for its decision: the answer is the checkpoint decided, or
+// still preparing when wait ended. The vote is recorded before the wait. For jobs that
+// hold one checkpoint open at a time: a checkpoint opened meanwhile does not end the wait.
+func (c *Coordinator) VoteAndWait(ctx context.Context, job string, id int64, participant string, v VoteRequest, wait time.Duration) (*Checkpoint, error) {
+	params := PutVoteParams{Prefer: c.prefer()}
+	wait = min(wait, time.Minute)
+	if wait > 0 {
+		ms := wait.Milliseconds()
+		params.WaitMs = &ms
+	}
 	var out *Checkpoint
-	err := c.do(ctx, fmt.Sprintf("vote %s %s/%d/%s", v.Vote, job, id, participant), 0, func(ctx context.Context) (outcome, error) {
-		r, err := c.client.PutVoteWithResponse(ctx, job, id, participant, &PutVoteParams{Prefer: c.prefer()}, v)
+	err := c.do(ctx, fmt.Sprintf("vote %s %s/%d/%s", v.Vote, job, id, participant), wait, func(ctx context.Context) (outcome, error) {
+		r, err := c.client.PutVoteWithResponse(ctx, job, id, participant, &params, v)
 		if err != nil {
 			return outcome{}, err
 		}

@@ -160,10 +160,12 @@ func TestIdleRunnerOnePendingPerWait(t *testing.T) {
 	for i, req := range idle {
 		switch {
 		case i == 0 && req.method == "POST" && req.path == "/v1/jobs/idle/participants/a/register":
+		case i == 1 && req.method == "GET" && req.path == "/v1/jobs/idle":
+			// Once, after registering: whether its votes may wait for decisions.
 		case req.method == "GET" && req.path == pendingPath:
 			pendings = append(pendings, req)
 		default:
-			t.Errorf("request %d of the idle Runner: %s %s?%s, want only the registration and then long-polls on pending", i, req.method, req.path, req.query)
+			t.Errorf("request %d of the idle Runner: %s %s?%s, want only the registration, the job's configuration, and then long-polls on pending", i, req.method, req.path, req.query)
 		}
 	}
 	if len(idle) == 0 || idle[0].path != "/v1/jobs/idle/participants/a/register" {
@@ -268,14 +270,16 @@ func TestIdleRunnerOnePendingPerWait(t *testing.T) {
 	}
 }
 
-// TestRunnerWaitsForTheDecisionOnPending checks that a Runner whose vote did not decide
-// its checkpoint learns the decision from its long-poll on pending, the same request that
-// waits for new checkpoints: between its vote and its ack it sends one request, a
-// long-poll on pending answered with the commit item, woken by the other vote.
+// TestRunnerWaitsForTheDecisionOnPending checks that a Runner of a job that may hold
+// several checkpoints preparing at once, whose vote did not decide its checkpoint, learns
+// the decision from its long-poll on pending, the same request that waits for new
+// checkpoints: between its vote and its ack it sends one request, a long-poll on pending
+// answered with the commit item, woken by the other vote.
 func TestRunnerWaitsForTheDecisionOnPending(t *testing.T) {
 	t.Parallel()
 	ctx, coord, counter := countedCoordinator(t)
-	if _, err := coord.PutJob(ctx, "decide", cc.JobConfig{Participants: []string{"a", "b"}}); err != nil {
+	two := 2 // more than one checkpoint preparing at once: a vote does not wait
+	if _, err := coord.PutJob(ctx, "decide", cc.JobConfig{Participants: []string{"a", "b"}, MaxConcurrentCheckpoints: &two}); err != nil {
 		t.Fatalf("put job: %v", err)
 	}
 	regB, err := coord.Register(ctx, "decide", "b")
@@ -365,5 +369,101 @@ func TestRunnerWaitsForTheDecisionOnPending(t *testing.T) {
 	if !between[0].started.Before(decided) || between[0].ended.Before(decided) {
 		t.Errorf("the long-poll ran from %s to %s, b voting at %s: want it held across b's vote, woken by the decision",
 			between[0].started.Format(time.StampMicro), between[0].ended.Format(time.StampMicro), decided.Format(time.StampMicro))
+	}
+}
+
+// TestRunnerLearnsTheDecisionFromItsVote checks that a Runner of a job that holds one
+// checkpoint preparing at a time (the default) has its prepared vote wait for the
+// decision: the vote, held across the other participant's vote, answers committing, and
+// the Runner's next request is its ack: no request of its own to learn the decision.
+func TestRunnerLearnsTheDecisionFromItsVote(t *testing.T) {
+	t.Parallel()
+	ctx, coord, counter := countedCoordinator(t)
+	if _, err := coord.PutJob(ctx, "one", cc.JobConfig{Participants: []string{"a", "b"}}); err != nil {
+		t.Fatalf("put job: %v", err)
+	}
+	regB, err := coord.Register(ctx, "one", "b")
+	if err != nil {
+		t.Fatalf("register b: %v", err)
+	}
+	p := &idleParticipant{prepared: make(chan int64, 1)}
+	r := cc.NewRunner(coord, "one", "a", cc.Participant[string](p), cc.RunnerOptions{LongPoll: 10 * time.Second})
+	runCtx, stop := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() { done <- r.Run(runCtx) }()
+	t.Cleanup(func() {
+		stop()
+		select {
+		case <-done:
+		case <-time.After(10 * time.Second):
+			t.Error("the Runner did not stop")
+		}
+	})
+	// Open once the Runner has read the job and waits on pending.
+	pendingPath := "/v1/jobs/one/participants/a/pending"
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(2 * time.Millisecond) {
+		reqs := counter.requests()
+		if last := reqs[len(reqs)-1]; last.path == pendingPath && last.ended.IsZero() {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the Runner is not waiting on pending within 10 s: %+v", reqs)
+		}
+	}
+	cp, err := coord.OpenCheckpoint(ctx, "one", "", 0)
+	if err != nil {
+		t.Fatalf("open: %v", err)
+	}
+	votePath := "/v1/jobs/one/checkpoints/" + strconv.FormatInt(cp.Id, 10) + "/votes/a"
+	ackPath := "/v1/jobs/one/checkpoints/" + strconv.FormatInt(cp.Id, 10) + "/acks/a"
+	waitFor := func(what string, f func(idleRequest) bool) idleRequest {
+		t.Helper()
+		for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(2 * time.Millisecond) {
+			for _, req := range counter.requests() {
+				if f(req) {
+					return req
+				}
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("%s: not within 10 s; requests: %+v", what, counter.requests())
+			}
+		}
+	}
+	// The Runner's vote, held for 50 ms: then b votes.
+	held := waitFor("the Runner's vote, held", func(req idleRequest) bool {
+		return req.method == "PUT" && req.path == votePath && req.ended.IsZero() && time.Since(req.started) > 50*time.Millisecond
+	})
+	if !strings.Contains(held.query, "wait_ms=10000") {
+		t.Errorf("the Runner's vote carried ?%s, want wait_ms=10000 (its LongPoll)", held.query)
+	}
+	decided := time.Now()
+	empty := json.RawMessage(`[]`)
+	if _, err := coord.Vote(ctx, "one", cp.Id, "b", cc.VoteRequest{Epoch: regB.Epoch, Vote: cc.VoteKindPrepared, Committables: &empty}); err != nil {
+		t.Fatalf("vote b: %v", err)
+	}
+	ack := waitFor("the Runner's ack", func(req idleRequest) bool { return req.method == "PUT" && req.path == ackPath && !req.ended.IsZero() })
+	var vote idleRequest
+	var between []idleRequest
+	for _, req := range counter.requests() {
+		switch {
+		case req.method == "PUT" && req.path == votePath:
+			vote = req
+		case req.started.After(held.started) && req.started.Before(ack.started) && !strings.HasSuffix(req.path, "/votes/b"): // b's vote is the test's
+			between = append(between, req)
+		}
+	}
+	if len(between) != 0 {
+		t.Errorf("between its vote and its ack the Runner sent %+v, want nothing", between)
+	}
+	var answer cc.Checkpoint
+	if err := json.Unmarshal(vote.body, &answer); err != nil {
+		t.Fatalf("the vote's answer %s: %v", vote.body, err)
+	}
+	if answer.Status != cc.Committing {
+		t.Errorf("the Runner's vote answered %s, want committing", vote.body)
+	}
+	if !vote.started.Before(decided) || vote.ended.Before(decided) {
+		t.Errorf("the vote ran from %s to %s, b voting at %s: want it held across b's vote",
+			vote.started.Format(time.StampMicro), vote.ended.Format(time.StampMicro), decided.Format(time.StampMicro))
 	}
 }

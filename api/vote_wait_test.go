@@ -1,0 +1,192 @@
+package api
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"log/slog"
+	"net/http/httptest"
+	"testing"
+	"time"
+
+	"github.com/twophase/coordinator/coordinator"
+	"github.com/twophase/coordinator/store/pgtest"
+	"github.com/twophase/coordinator/store/postgres"
+)
+
+func TestVoteWaitsForTheDecision(t *testing.T) { onEachStore(t, testVoteWaitsForTheDecision) }
+
+// A prepared vote with wait_ms that leaves the checkpoint preparing is answered once the
+// checkpoint is decided; the vote is recorded before the wait.
+func testVoteWaitsForTheDecision(t *testing.T) {
+	b := setup(t)
+	b.job(t, "j", `{"participants":["a","b"]}`, "a", "b")
+	var cp Checkpoint
+	b.call(t, "POST", "/v1/jobs/j/checkpoints", "", "").ok(t, 201, &cp)
+
+	done := make(chan answer, 1)
+	go func() {
+		done <- b.json(t, "PUT", votePathOf("j", cp.Id, "a")+"?wait_ms=30000", `{"epoch":1,"vote":"prepared","committables":["t1"]}`)
+	}()
+	// a's vote is recorded while it waits.
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		var now Checkpoint
+		b.call(t, "GET", fmt.Sprintf("/v1/jobs/j/checkpoints/%d", cp.Id), "", "").ok(t, 200, &now)
+		if now.Participants[0].Vote != nil {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("a's vote not recorded while it waits: %+v", now.Participants[0])
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	select {
+	case a := <-done:
+		t.Fatalf("the waiting vote answered before the decision: %d %s", a.status, a.body)
+	case <-time.After(200 * time.Millisecond):
+	}
+	b.json(t, "PUT", votePathOf("j", cp.Id, "b"), `{"epoch":1,"vote":"prepared"}`).ok(t, 200, nil)
+	var got Checkpoint
+	select {
+	case a := <-done:
+		a.ok(t, 200, &got)
+	case <-time.After(5 * time.Second):
+		t.Fatal("the waiting vote was not answered after the decision")
+	}
+	if got.Status != Committing {
+		t.Fatalf("the waiting vote answered %s, want committing", got.Status)
+	}
+}
+
+// The wait of a vote is woken by a decision through another coordinator on the database,
+// ends at its wait_ms or at shutdown, and is checked before the vote is recorded.
+func TestVoteWaitAcrossCoordinators(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	url := pgtest.URL(t)
+	var svcs []*coordinator.Service
+	serve := func() *authBundle {
+		store, err := postgres.Open(ctx, url, postgres.Options{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(store.Close)
+		svc := coordinator.NewService(store, nil)
+		svcs = append(svcs, svc)
+		srv := httptest.NewServer(NewHandler(svc, Options{Logger: slog.New(slog.DiscardHandler), RequestTimeout: time.Minute}))
+		t.Cleanup(srv.Close)
+		return &authBundle{url: srv.URL, store: store}
+	}
+	waiter, other := serve(), serve()
+	other.send(t, "", "PUT", "/v1/jobs/j", `{"participants":["a","b"]}`)
+	other.send(t, "", "POST", "/v1/jobs/j/participants/a/register", "")
+	other.send(t, "", "POST", "/v1/jobs/j/participants/b/register", "")
+
+	type answer struct {
+		cp   Checkpoint
+		took time.Duration
+	}
+	open := func() int64 {
+		r := other.send(t, "", "POST", "/v1/jobs/j/checkpoints", "")
+		var cp Checkpoint
+		if err := json.Unmarshal(r.body, &cp); err != nil || r.status != 201 {
+			t.Fatalf("open: %d %s", r.status, r.body)
+		}
+		return cp.Id
+	}
+	vote := func(id int64, wait string) <-chan answer {
+		ch := make(chan answer, 1)
+		start := time.Now()
+		go func() {
+			r := waiter.send(t, "", "PUT", votePathOf("j", id, "a")+"?wait_ms="+wait, `{"epoch":1,"vote":"prepared"}`)
+			var cp Checkpoint
+			if err := json.Unmarshal(r.body, &cp); err != nil || r.status != 200 {
+				t.Errorf("vote: %d %s", r.status, r.body)
+			}
+			ch <- answer{cp: cp, took: time.Since(start)}
+		}()
+		return ch
+	}
+	waitFor := func(what string, ch <-chan answer, atMost time.Duration) answer {
+		t.Helper()
+		select {
+		case a := <-ch:
+			return a
+		case <-time.After(atMost):
+			t.Fatalf("%s: the vote did not answer within %s", what, atMost)
+			return answer{}
+		}
+	}
+	ackBoth := func(id int64) {
+		for _, p := range []string{"a", "b"} {
+			if r := other.send(t, "", "PUT", ackPathOf("j", id, p), `{"epoch":1}`); r.status != 200 {
+				t.Fatalf("ack %s of %d: %d %s", p, id, r.status, r.body)
+			}
+		}
+	}
+
+	// b's vote elsewhere decides commit: a's waiting vote answers committing.
+	id := open()
+	ch := vote(id, "20000")
+	time.Sleep(200 * time.Millisecond)
+	other.send(t, "", "PUT", votePathOf("j", id, "b"), `{"epoch":1,"vote":"prepared"}`)
+	if a := waitFor("a commit elsewhere", ch, 5*time.Second); a.cp.Status != Committing || a.took < 200*time.Millisecond {
+		t.Fatalf("after b's vote elsewhere: %s after %s, want committing after b voted", a.cp.Status, a.took)
+	}
+	ackBoth(id)
+
+	// An operator's abort elsewhere: a's waiting vote answers aborted.
+	id = open()
+	ch = vote(id, "20000")
+	time.Sleep(200 * time.Millisecond)
+	other.send(t, "", "POST", fmt.Sprintf("/v1/jobs/j/checkpoints/%d/abort", id), `{"reason":"operator"}`)
+	if a := waitFor("an abort elsewhere", ch, 5*time.Second); a.cp.Status != Aborted {
+		t.Fatalf("after an abort elsewhere: %s, want aborted", a.cp.Status)
+	}
+	if r := other.send(t, "", "PUT", ackPathOf("j", id, "a"), `{"epoch":1}`); r.status != 200 {
+		t.Fatalf("ack of the abort: %d %s", r.status, r.body)
+	}
+
+	// The last voter waits for nothing: it decides.
+	id = open()
+	other.send(t, "", "PUT", votePathOf("j", id, "b"), `{"epoch":1,"vote":"prepared"}`)
+	if a := waitFor("the last vote", vote(id, "20000"), 2*time.Second); a.cp.Status != Committing || a.took > time.Second {
+		t.Fatalf("the last vote with wait_ms: %s after %s, want committing at once", a.cp.Status, a.took)
+	}
+	ackBoth(id)
+
+	// Nobody else votes: it answers preparing at its wait_ms, not before.
+	id = open()
+	if a := waitFor("an undecided wait", vote(id, "300"), 5*time.Second); a.cp.Status != Preparing || a.took < 300*time.Millisecond {
+		t.Fatalf("an undecided vote with wait_ms=300: %s after %s, want preparing after 300 ms", a.cp.Status, a.took)
+	}
+
+	// Shutdown answers it at once, the vote recorded.
+	ch = vote(id, "20000")
+	time.Sleep(200 * time.Millisecond)
+	svcs[0].EndWaits()
+	if a := waitFor("a shutdown", ch, 3*time.Second); a.cp.Status != Preparing {
+		t.Fatalf("after EndWaits: %s, want preparing", a.cp.Status)
+	}
+	other.send(t, "", "PUT", votePathOf("j", id, "b"), `{"epoch":1,"vote":"prepared"}`)
+	ackBoth(id)
+
+	// Bounds, checked before the vote: nothing recorded.
+	id = open()
+	for _, bad := range []string{"-1", "60001", "x"} {
+		if r := other.send(t, "", "PUT", votePathOf("j", id, "a")+"?wait_ms="+bad, `{"epoch":1,"vote":"prepared"}`); r.status != 400 {
+			t.Errorf("wait_ms=%s: %d %s, want 400", bad, r.status, r.body)
+		}
+	}
+	r := other.send(t, "", "GET", fmt.Sprintf("/v1/jobs/j/checkpoints/%d", id), "")
+	var cp Checkpoint
+	if err := json.Unmarshal(r.body, &cp); err != nil || r.status != 200 {
+		t.Fatalf("read: %d %s", r.status, r.body)
+	}
+	for _, p := range cp.Participants {
+		if p.Vote != nil {
+			t.Fatalf("after refused votes, %s's vote is %s; want none recorded", p.Name, *p.Vote)
+		}
+	}
+}

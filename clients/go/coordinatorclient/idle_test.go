@@ -374,10 +374,39 @@ func TestRunnerWaitsForTheDecisionOnPending(t *testing.T) {
 
 // TestRunnerLearnsTheDecisionFromItsVote checks that a Runner of a job that holds one
 // checkpoint preparing at a time (the default) has its prepared vote wait for the
-// decision: the vote, held across the other participant's vote, answers committing, and
-// the Runner's next request is its ack: no request of its own to learn the decision.
+// decision: the vote, held across the other participant's vote, answers the decision,
+// and the Runner's next request is its ack, after Commit (or, when the other voted abort,
+// Abort of its committables): no request of its own to learn the decision.
 func TestRunnerLearnsTheDecisionFromItsVote(t *testing.T) {
 	t.Parallel()
+	for _, c := range []struct {
+		other cc.VoteKind
+		want  cc.CheckpointStatus
+	}{{cc.VoteKindPrepared, cc.Committing}, {cc.VoteKindAbort, cc.Aborted}} {
+		t.Run(string(c.other), func(t *testing.T) {
+			t.Parallel()
+			testRunnerLearnsTheDecisionFromItsVote(t, c.other, c.want)
+		})
+	}
+}
+
+// decisionParticipant records the decisions the Runner applies.
+type decisionParticipant struct {
+	idleParticipant
+	applied chan string
+}
+
+func (p *decisionParticipant) Commit(ctx context.Context, id int64, cs []string) error {
+	p.applied <- "commit " + strings.Join(cs, ",")
+	return nil
+}
+
+func (p *decisionParticipant) Abort(ctx context.Context, id int64, cs []string) error {
+	p.applied <- "abort " + strings.Join(cs, ",")
+	return nil
+}
+
+func testRunnerLearnsTheDecisionFromItsVote(t *testing.T, other cc.VoteKind, want cc.CheckpointStatus) {
 	ctx, coord, counter := countedCoordinator(t)
 	if _, err := coord.PutJob(ctx, "one", cc.JobConfig{Participants: []string{"a", "b"}}); err != nil {
 		t.Fatalf("put job: %v", err)
@@ -386,7 +415,7 @@ func TestRunnerLearnsTheDecisionFromItsVote(t *testing.T) {
 	if err != nil {
 		t.Fatalf("register b: %v", err)
 	}
-	p := &idleParticipant{prepared: make(chan int64, 1)}
+	p := &decisionParticipant{idleParticipant: idleParticipant{prepared: make(chan int64, 1)}, applied: make(chan string, 4)}
 	r := cc.NewRunner(coord, "one", "a", cc.Participant[string](p), cc.RunnerOptions{LongPoll: 10 * time.Second})
 	runCtx, stop := context.WithCancel(ctx)
 	done := make(chan error, 1)
@@ -437,17 +466,24 @@ func TestRunnerLearnsTheDecisionFromItsVote(t *testing.T) {
 		t.Errorf("the Runner's vote carried ?%s, want wait_ms=10000 (its LongPoll)", held.query)
 	}
 	decided := time.Now()
-	empty := json.RawMessage(`[]`)
-	if _, err := coord.Vote(ctx, "one", cp.Id, "b", cc.VoteRequest{Epoch: regB.Epoch, Vote: cc.VoteKindPrepared, Committables: &empty}); err != nil {
+	vote := cc.VoteRequest{Epoch: regB.Epoch, Vote: other}
+	if other == cc.VoteKindPrepared {
+		empty := json.RawMessage(`[]`)
+		vote.Committables = &empty
+	} else {
+		reason := "disk full"
+		vote.Reason = &reason
+	}
+	if _, err := coord.Vote(ctx, "one", cp.Id, "b", vote); err != nil {
 		t.Fatalf("vote b: %v", err)
 	}
 	ack := waitFor("the Runner's ack", func(req idleRequest) bool { return req.method == "PUT" && req.path == ackPath && !req.ended.IsZero() })
-	var vote idleRequest
+	var voted idleRequest
 	var between []idleRequest
 	for _, req := range counter.requests() {
 		switch {
 		case req.method == "PUT" && req.path == votePath:
-			vote = req
+			voted = req
 		case req.started.After(held.started) && req.started.Before(ack.started) && !strings.HasSuffix(req.path, "/votes/b"): // b's vote is the test's
 			between = append(between, req)
 		}
@@ -456,14 +492,23 @@ func TestRunnerLearnsTheDecisionFromItsVote(t *testing.T) {
 		t.Errorf("between its vote and its ack the Runner sent %+v, want nothing", between)
 	}
 	var answer cc.Checkpoint
-	if err := json.Unmarshal(vote.body, &answer); err != nil {
-		t.Fatalf("the vote's answer %s: %v", vote.body, err)
+	if err := json.Unmarshal(voted.body, &answer); err != nil {
+		t.Fatalf("the vote's answer %s: %v", voted.body, err)
 	}
-	if answer.Status != cc.Committing {
-		t.Errorf("the Runner's vote answered %s, want committing", vote.body)
+	if answer.Status != want {
+		t.Errorf("the Runner's vote answered %s, want %s", voted.body, want)
 	}
-	if !vote.started.Before(decided) || vote.ended.Before(decided) {
+	if !voted.started.Before(decided) || voted.ended.Before(decided) {
 		t.Errorf("the vote ran from %s to %s, b voting at %s: want it held across b's vote",
-			vote.started.Format(time.StampMicro), vote.ended.Format(time.StampMicro), decided.Format(time.StampMicro))
+			voted.started.Format(time.StampMicro), voted.ended.Format(time.StampMicro), decided.Format(time.StampMicro))
+	}
+	applied := map[cc.CheckpointStatus]string{cc.Committing: "commit txn", cc.Aborted: "abort txn"}[want]
+	select {
+	case got := <-p.applied:
+		if got != applied {
+			t.Errorf("the Runner applied %q, want %q", got, applied)
+		}
+	default:
+		t.Errorf("the Runner acked without applying the decision (%q)", applied)
 	}
 }

@@ -196,33 +196,35 @@ func (c *stateCache) listen(on bool) {
 }
 
 // knownPreparing reports whether checkpoint id of job is preparing by what this process
-// knows, without a read: its cached state says so, or the state a batch took and has not
-// put back, and the listener is listening (DESIGN.md, invariant 6).
+// knows, without a read (knownCheckpoint).
 func (c *stateCache) knownPreparing(job string, id int64) bool {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	st := c.known(job)
-	if st == nil {
-		return false
-	}
-	cp := st.checkpoints[id]
+	cp := c.knownCheckpoint(job, id)
 	return cp != nil && cp.Status == coordinator.StatusPreparing
 }
 
 // knownDecided returns a copy of checkpoint id of job if, by what this process knows
-// without a read (as knownPreparing), it is decided; nil otherwise.
+// without a read (knownCheckpoint), it is decided; nil otherwise.
 func (c *stateCache) knownDecided(job string, id int64) *coordinator.Checkpoint {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	st := c.known(job)
-	if st == nil {
-		return nil
-	}
-	cp := st.checkpoints[id]
+	cp := c.knownCheckpoint(job, id)
 	if cp == nil || cp.Status == coordinator.StatusPreparing {
 		return nil
 	}
 	return cp.Clone()
+}
+
+// knownCheckpoint returns checkpoint id of job as this process knows it without a read: in
+// its cached state, or in the state a batch took and has not put back, while the listener
+// is listening (DESIGN.md, invariant 6); nil if it does not. Shared: read only. c.mu is
+// held.
+func (c *stateCache) knownCheckpoint(job string, id int64) *coordinator.Checkpoint {
+	if st := c.known(job); st != nil {
+		return st.checkpoints[id]
+	}
+	return nil
 }
 
 // knownVersion returns job's version by what this process knows, without a read: its

@@ -18,22 +18,9 @@ import (
 // ends at its wait_ms, or at once when something is owed or the coordinator shuts down.
 func TestPendingWaitAcrossCoordinators(t *testing.T) {
 	t.Parallel()
-	ctx := context.Background()
 	url := pgtest.URL(t)
-	var svcs []*coordinator.Service
-	serve := func() *authBundle {
-		store, err := postgres.Open(ctx, url, postgres.Options{})
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(store.Close)
-		svc := coordinator.NewService(store, nil)
-		svcs = append(svcs, svc)
-		srv := httptest.NewServer(NewHandler(svc, Options{Logger: slog.New(slog.DiscardHandler), RequestTimeout: time.Minute}))
-		t.Cleanup(srv.Close)
-		return &authBundle{url: srv.URL, store: store}
-	}
-	waiter, other := serve(), serve()
+	waiter, waiterSvc := coordinatorOn(t, url)
+	other, _ := coordinatorOn(t, url)
 	other.send(t, "", "PUT", "/v1/jobs/j", `{"participants":["a","b"]}`)
 	other.send(t, "", "POST", "/v1/jobs/j/participants/a/register", "")
 	other.send(t, "", "POST", "/v1/jobs/j/participants/b/register", "")
@@ -116,7 +103,7 @@ func TestPendingWaitAcrossCoordinators(t *testing.T) {
 	// Shutdown answers it at once.
 	ch = poll("20000")
 	time.Sleep(200 * time.Millisecond)
-	svcs[0].EndWaits()
+	waiterSvc.EndWaits()
 	if a = waitFor("a shutdown", ch, 3*time.Second); a.took > 3*time.Second {
 		t.Fatalf("after EndWaits it answered after %s", a.took)
 	}
@@ -126,4 +113,19 @@ func TestPendingWaitAcrossCoordinators(t *testing.T) {
 			t.Errorf("wait_ms=%s: %d %s, want 400", bad, r.status, r.body)
 		}
 	}
+}
+
+// coordinatorOn serves a coordinator on the PostgreSQL database at url as a process of its
+// own would: its own store, service and HTTP server.
+func coordinatorOn(t *testing.T, url string) (*authBundle, *coordinator.Service) {
+	t.Helper()
+	store, err := postgres.Open(context.Background(), url, postgres.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(store.Close)
+	svc := coordinator.NewService(store, nil)
+	srv := httptest.NewServer(NewHandler(svc, Options{Logger: slog.New(slog.DiscardHandler), RequestTimeout: time.Minute}))
+	t.Cleanup(srv.Close)
+	return &authBundle{url: srv.URL, store: store}, svc
 }

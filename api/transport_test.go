@@ -366,9 +366,11 @@ func TestWaiterBound(t *testing.T) {
 				resp.Body.Close()
 				results <- resp.StatusCode
 			}
-			hold := func(what string) {
+			// holdWith sends a request that waits (a GET long-poll, or a PUT vote with
+			// wait_ms) and checks that it is held.
+			holdWith := func(method, what string) {
 				t.Helper()
-				go send("GET", "?wait_ms=20000")
+				go send(method, "?wait_ms=20000")
 				select {
 				case <-s.entered:
 				case status := <-results:
@@ -377,17 +379,7 @@ func TestWaiterBound(t *testing.T) {
 					t.Fatalf("%s: neither held nor answered", what)
 				}
 			}
-			holdVote := func(what string) {
-				t.Helper()
-				go send("PUT", "?wait_ms=20000")
-				select {
-				case <-s.entered:
-				case status := <-results:
-					t.Fatalf("%s: answered %d, not held", what, status)
-				case <-time.After(5 * time.Second):
-					t.Fatalf("%s: neither held nor answered", what)
-				}
-			}
+			hold := func(what string) { t.Helper(); holdWith("GET", what) }
 			answered := func(what string, want int) {
 				t.Helper()
 				select {
@@ -425,7 +417,7 @@ func TestWaiterBound(t *testing.T) {
 
 				s.release <- struct{}{}
 				answered("the long-poll released", 200)
-				holdVote("a vote that waits, once a long-poll ended")
+				holdWith("PUT", "a vote that waits, once a long-poll ended")
 				go send("GET", "?wait_ms=20000")
 				answered("a GET long-poll past the bound, a vote waiting", 503)
 				s.release <- struct{}{}

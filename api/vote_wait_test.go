@@ -1,17 +1,12 @@
 package api
 
 import (
-	"context"
 	"encoding/json"
 	"fmt"
-	"log/slog"
-	"net/http/httptest"
 	"testing"
 	"time"
 
-	"github.com/twophase/coordinator/coordinator"
 	"github.com/twophase/coordinator/store/pgtest"
-	"github.com/twophase/coordinator/store/postgres"
 )
 
 func TestVoteWaitsForTheDecision(t *testing.T) { onEachStore(t, testVoteWaitsForTheDecision) }
@@ -63,22 +58,9 @@ func testVoteWaitsForTheDecision(t *testing.T) {
 // ends at its wait_ms or at shutdown, and is checked before the vote is recorded.
 func TestVoteWaitAcrossCoordinators(t *testing.T) {
 	t.Parallel()
-	ctx := context.Background()
 	url := pgtest.URL(t)
-	var svcs []*coordinator.Service
-	serve := func() *authBundle {
-		store, err := postgres.Open(ctx, url, postgres.Options{})
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(store.Close)
-		svc := coordinator.NewService(store, nil)
-		svcs = append(svcs, svc)
-		srv := httptest.NewServer(NewHandler(svc, Options{Logger: slog.New(slog.DiscardHandler), RequestTimeout: time.Minute}))
-		t.Cleanup(srv.Close)
-		return &authBundle{url: srv.URL, store: store}
-	}
-	waiter, other := serve(), serve()
+	waiter, waiterSvc := coordinatorOn(t, url)
+	other, _ := coordinatorOn(t, url)
 	other.send(t, "", "PUT", "/v1/jobs/j", `{"participants":["a","b"]}`)
 	other.send(t, "", "POST", "/v1/jobs/j/participants/a/register", "")
 	other.send(t, "", "POST", "/v1/jobs/j/participants/b/register", "")
@@ -165,7 +147,7 @@ func TestVoteWaitAcrossCoordinators(t *testing.T) {
 	// Shutdown answers it at once, the vote recorded.
 	ch = vote(id, "20000")
 	time.Sleep(200 * time.Millisecond)
-	svcs[0].EndWaits()
+	waiterSvc.EndWaits()
 	if a := waitFor("a shutdown", ch, 3*time.Second); a.cp.Status != Preparing {
 		t.Fatalf("after EndWaits: %s, want preparing", a.cp.Status)
 	}

@@ -486,7 +486,7 @@ func matchCheckpoint(m *mCheckpoint, got checkpoint) error {
 		if got.DecidedAt == nil || got.CompletedAt == nil || !got.DecidedAt.Equal(*got.CompletedAt) || got.AbortReason == nil {
 			return fmt.Errorf("checkpoint %d: aborted with decided_at %v, completed_at %v, reason %v", m.ID, got.DecidedAt, got.CompletedAt, got.AbortReason)
 		}
-		if err := matchReason(m, *got.AbortReason); err != nil {
+		if err := matchReason(m, *got.AbortReason, !got.DecidedAt.Before(got.Deadline)); err != nil {
 			return err
 		}
 	}
@@ -527,17 +527,24 @@ func matchCheckpoint(m *mCheckpoint, got checkpoint) error {
 // matchReason checks an abort reason against what the model knows of it: the names it
 // must contain (and, for a deadline, must not), the reason a participant or an operator
 // gave. A checkpoint aborted by the cascade of a lower one that had also passed its own
-// deadline may carry either reason.
-func matchReason(m *mCheckpoint, got string) error {
+// deadline (ownDeadlinePassed: decided at or after it) may carry either reason: both
+// expired before a coordinator looked, as when none ran.
+func matchReason(m *mCheckpoint, got string, ownDeadlinePassed bool) error {
 	r := m.Reason
 	bad := func() error { return fmt.Errorf("checkpoint %d: abort reason %q, model %+v", m.ID, got, r) }
-	switch r.Kind {
-	case "deadline":
+	namesLate := func() bool {
 		for _, p := range m.Participants {
 			_, voted := m.Votes[p]
 			if strings.Contains(got, p) == voted {
-				return bad()
+				return false
 			}
+		}
+		return true
+	}
+	switch r.Kind {
+	case "deadline":
+		if !namesLate() {
+			return bad()
 		}
 	case "vote", "register":
 		for _, p := range r.Names {
@@ -553,7 +560,8 @@ func matchReason(m *mCheckpoint, got string) error {
 			return bad()
 		}
 	case "cascade":
-		if !strings.Contains(got, strconv.FormatInt(r.Lower, 10)) {
+		byDeadline := ownDeadlinePassed && strings.HasPrefix(got, "deadline passed") && namesLate()
+		if !strings.Contains(got, strconv.FormatInt(r.Lower, 10)) && !byDeadline {
 			return bad()
 		}
 	}

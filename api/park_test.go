@@ -149,14 +149,16 @@ func (s *parkServer) get(t *testing.T, client *http.Client, path string, header 
 	return ch
 }
 
-func within(t *testing.T, what string, ch <-chan parkAnswer, d time.Duration) parkAnswer {
+// within returns what ch gives within d, and fails the test if it gives nothing.
+func within[T any](t *testing.T, what string, ch <-chan T, d time.Duration) T {
 	t.Helper()
 	select {
 	case a := <-ch:
 		return a
 	case <-time.After(d):
 		t.Fatalf("%s: no answer within %s", what, d)
-		return parkAnswer{}
+		var zero T
+		return zero
 	}
 }
 

@@ -25,60 +25,35 @@ func TestPendingWaitAcrossCoordinators(t *testing.T) {
 	other.send(t, "", "POST", "/v1/jobs/j/participants/a/register", "")
 	other.send(t, "", "POST", "/v1/jobs/j/participants/b/register", "")
 
-	type answer struct {
-		p     Pending
-		took  time.Duration
-		label string
-	}
-	poll := func(wait string) <-chan answer {
-		ch := make(chan answer, 1)
-		start := time.Now()
-		go func() {
-			r := waiter.send(t, "", "GET", "/v1/jobs/j/participants/a/pending?wait_ms="+wait, "")
-			var p Pending
-			if err := json.Unmarshal(r.body, &p); err != nil || r.status != 200 {
-				t.Errorf("pending: %d %s", r.status, r.body)
-			}
-			ch <- answer{p: p, took: time.Since(start)}
-		}()
-		return ch
-	}
-	waitFor := func(what string, ch <-chan answer, atMost time.Duration) answer {
-		t.Helper()
-		select {
-		case a := <-ch:
-			return a
-		case <-time.After(atMost):
-			t.Fatalf("%s: the long-poll did not answer within %s", what, atMost)
-			return answer{}
-		}
+	poll := func(wait string) <-chan timed[Pending] {
+		return sendTimed[Pending](t, waiter, "GET", "/v1/jobs/j/participants/a/pending?wait_ms="+wait, "")
 	}
 	// Nothing owed, nothing happens: it answers at wait_ms, not before.
-	a := waitFor("an idle wait", poll("300"), 5*time.Second)
-	if len(a.p.Items) != 0 || a.took < 300*time.Millisecond {
-		t.Fatalf("an idle wait answered %+v after %s, want nothing owed after 300 ms", a.p.Items, a.took)
+	a := within(t, "an idle wait", poll("300"), 5*time.Second)
+	if len(a.v.Items) != 0 || a.took < 300*time.Millisecond {
+		t.Fatalf("an idle wait answered %+v after %s, want nothing owed after 300 ms", a.v.Items, a.took)
 	}
 	// A checkpoint opened through the other coordinator wakes it.
 	ch := poll("20000")
 	time.Sleep(200 * time.Millisecond)
 	other.send(t, "", "POST", "/v1/jobs/j/checkpoints", "")
-	a = waitFor("a checkpoint opened elsewhere", ch, 5*time.Second)
-	if len(a.p.Items) != 1 || a.p.Items[0].Action != PendingActionVote || a.p.Items[0].Checkpoint != 1 {
-		t.Fatalf("after a checkpoint opened elsewhere: %+v", a.p.Items)
+	a = within(t, "a checkpoint opened elsewhere", ch, 5*time.Second)
+	if len(a.v.Items) != 1 || a.v.Items[0].Action != PendingActionVote || a.v.Items[0].Checkpoint != 1 {
+		t.Fatalf("after a checkpoint opened elsewhere: %+v", a.v.Items)
 	}
 	// Something owed: it answers at once.
-	a = waitFor("something owed", poll("20000"), 2*time.Second)
-	if len(a.p.Items) != 1 || a.took > time.Second {
-		t.Fatalf("with a vote owed: %+v after %s, want it at once", a.p.Items, a.took)
+	a = within(t, "something owed", poll("20000"), 2*time.Second)
+	if len(a.v.Items) != 1 || a.took > time.Second {
+		t.Fatalf("with a vote owed: %+v after %s, want it at once", a.v.Items, a.took)
 	}
 	// Its vote in, a's waits; the decision elsewhere (b's vote) wakes it with the commit.
 	waiter.send(t, "", "PUT", "/v1/jobs/j/checkpoints/1/votes/a", `{"epoch":1,"vote":"prepared"}`)
 	ch = poll("20000")
 	time.Sleep(200 * time.Millisecond)
 	other.send(t, "", "PUT", "/v1/jobs/j/checkpoints/1/votes/b", `{"epoch":1,"vote":"prepared"}`)
-	a = waitFor("a decision elsewhere", ch, 5*time.Second)
-	if len(a.p.Items) != 1 || a.p.Items[0].Action != PendingActionCommit {
-		t.Fatalf("after the decision elsewhere: %+v, want the commit", a.p.Items)
+	a = within(t, "a decision elsewhere", ch, 5*time.Second)
+	if len(a.v.Items) != 1 || a.v.Items[0].Action != PendingActionCommit {
+		t.Fatalf("after the decision elsewhere: %+v, want the commit", a.v.Items)
 	}
 	waiter.send(t, "", "PUT", "/v1/jobs/j/checkpoints/1/acks/a", `{"epoch":1}`)
 	other.send(t, "", "PUT", "/v1/jobs/j/checkpoints/1/acks/b", `{"epoch":1}`)
@@ -86,25 +61,25 @@ func TestPendingWaitAcrossCoordinators(t *testing.T) {
 	ch = poll("20000")
 	time.Sleep(200 * time.Millisecond)
 	other.send(t, "", "POST", "/v1/jobs/j/participants/a/register", "")
-	a = waitFor("a registration elsewhere", ch, 5*time.Second)
-	if a.p.Epoch != 2 || len(a.p.Items) != 0 {
-		t.Fatalf("after a registration elsewhere: epoch %d, %+v; want epoch 2, nothing owed", a.p.Epoch, a.p.Items)
+	a = within(t, "a registration elsewhere", ch, 5*time.Second)
+	if a.v.Epoch != 2 || len(a.v.Items) != 0 {
+		t.Fatalf("after a registration elsewhere: epoch %d, %+v; want epoch 2, nothing owed", a.v.Epoch, a.v.Items)
 	}
 	// A caller that says its epoch (1) learns at once that it was fenced, though the new
 	// registration (epoch 2) came before its request; with the current epoch it waits.
-	a = waitFor("a fenced caller's wait", poll("20000&epoch=1"), 2*time.Second)
-	if a.p.Epoch != 2 || a.took > time.Second {
-		t.Fatalf("a caller of epoch 1, re-registered before it asked: epoch %d after %s, want epoch 2 at once", a.p.Epoch, a.took)
+	a = within(t, "a fenced caller's wait", poll("20000&epoch=1"), 2*time.Second)
+	if a.v.Epoch != 2 || a.took > time.Second {
+		t.Fatalf("a caller of epoch 1, re-registered before it asked: epoch %d after %s, want epoch 2 at once", a.v.Epoch, a.took)
 	}
-	a = waitFor("a current caller's wait", poll("300&epoch=2"), 5*time.Second)
-	if a.p.Epoch != 2 || a.took < 300*time.Millisecond {
-		t.Fatalf("a caller of the current epoch: epoch %d after %s, want it to wait 300 ms", a.p.Epoch, a.took)
+	a = within(t, "a current caller's wait", poll("300&epoch=2"), 5*time.Second)
+	if a.v.Epoch != 2 || a.took < 300*time.Millisecond {
+		t.Fatalf("a caller of the current epoch: epoch %d after %s, want it to wait 300 ms", a.v.Epoch, a.took)
 	}
 	// Shutdown answers it at once.
 	ch = poll("20000")
 	time.Sleep(200 * time.Millisecond)
 	waiterSvc.EndWaits()
-	if a = waitFor("a shutdown", ch, 3*time.Second); a.took > 3*time.Second {
+	if a = within(t, "a shutdown", ch, 3*time.Second); a.took > 3*time.Second {
 		t.Fatalf("after EndWaits it answered after %s", a.took)
 	}
 	// Bounds.
@@ -128,4 +103,26 @@ func coordinatorOn(t *testing.T, url string) (*authBundle, *coordinator.Service)
 	srv := httptest.NewServer(NewHandler(svc, Options{Logger: slog.New(slog.DiscardHandler), RequestTimeout: time.Minute}))
 	t.Cleanup(srv.Close)
 	return &authBundle{url: srv.URL, store: store}, svc
+}
+
+// timed is a request's decoded answer and how long the request took.
+type timed[T any] struct {
+	v    T
+	took time.Duration
+}
+
+// sendTimed sends a request in the background; it must answer 200 with a T, which the
+// channel gives with the time the request took.
+func sendTimed[T any](t *testing.T, b *authBundle, method, path, body string) <-chan timed[T] {
+	ch := make(chan timed[T], 1)
+	start := time.Now()
+	go func() {
+		r := b.send(t, "", method, path, body)
+		var v T
+		if err := json.Unmarshal(r.body, &v); err != nil || r.status != 200 {
+			t.Errorf("%s %s: %d %s", method, path, r.status, r.body)
+		}
+		ch <- timed[T]{v: v, took: time.Since(start)}
+	}()
+	return ch
 }

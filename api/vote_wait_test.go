@@ -65,10 +65,6 @@ func TestVoteWaitAcrossCoordinators(t *testing.T) {
 	other.send(t, "", "POST", "/v1/jobs/j/participants/a/register", "")
 	other.send(t, "", "POST", "/v1/jobs/j/participants/b/register", "")
 
-	type answer struct {
-		cp   Checkpoint
-		took time.Duration
-	}
 	open := func() int64 {
 		r := other.send(t, "", "POST", "/v1/jobs/j/checkpoints", "")
 		var cp Checkpoint
@@ -77,28 +73,8 @@ func TestVoteWaitAcrossCoordinators(t *testing.T) {
 		}
 		return cp.Id
 	}
-	vote := func(id int64, wait string) <-chan answer {
-		ch := make(chan answer, 1)
-		start := time.Now()
-		go func() {
-			r := waiter.send(t, "", "PUT", votePathOf("j", id, "a")+"?wait_ms="+wait, `{"epoch":1,"vote":"prepared"}`)
-			var cp Checkpoint
-			if err := json.Unmarshal(r.body, &cp); err != nil || r.status != 200 {
-				t.Errorf("vote: %d %s", r.status, r.body)
-			}
-			ch <- answer{cp: cp, took: time.Since(start)}
-		}()
-		return ch
-	}
-	waitFor := func(what string, ch <-chan answer, atMost time.Duration) answer {
-		t.Helper()
-		select {
-		case a := <-ch:
-			return a
-		case <-time.After(atMost):
-			t.Fatalf("%s: the vote did not answer within %s", what, atMost)
-			return answer{}
-		}
+	vote := func(id int64, wait string) <-chan timed[Checkpoint] {
+		return sendTimed[Checkpoint](t, waiter, "PUT", votePathOf("j", id, "a")+"?wait_ms="+wait, `{"epoch":1,"vote":"prepared"}`)
 	}
 	ackBoth := func(id int64) {
 		for _, p := range []string{"a", "b"} {
@@ -113,8 +89,8 @@ func TestVoteWaitAcrossCoordinators(t *testing.T) {
 	ch := vote(id, "20000")
 	time.Sleep(200 * time.Millisecond)
 	other.send(t, "", "PUT", votePathOf("j", id, "b"), `{"epoch":1,"vote":"prepared"}`)
-	if a := waitFor("a commit elsewhere", ch, 5*time.Second); a.cp.Status != Committing || a.took < 200*time.Millisecond {
-		t.Fatalf("after b's vote elsewhere: %s after %s, want committing after b voted", a.cp.Status, a.took)
+	if a := within(t, "a commit elsewhere", ch, 5*time.Second); a.v.Status != Committing || a.took < 200*time.Millisecond {
+		t.Fatalf("after b's vote elsewhere: %s after %s, want committing after b voted", a.v.Status, a.took)
 	}
 	ackBoth(id)
 
@@ -123,8 +99,8 @@ func TestVoteWaitAcrossCoordinators(t *testing.T) {
 	ch = vote(id, "20000")
 	time.Sleep(200 * time.Millisecond)
 	other.send(t, "", "POST", fmt.Sprintf("/v1/jobs/j/checkpoints/%d/abort", id), `{"reason":"operator"}`)
-	if a := waitFor("an abort elsewhere", ch, 5*time.Second); a.cp.Status != Aborted {
-		t.Fatalf("after an abort elsewhere: %s, want aborted", a.cp.Status)
+	if a := within(t, "an abort elsewhere", ch, 5*time.Second); a.v.Status != Aborted {
+		t.Fatalf("after an abort elsewhere: %s, want aborted", a.v.Status)
 	}
 	if r := other.send(t, "", "PUT", ackPathOf("j", id, "a"), `{"epoch":1}`); r.status != 200 {
 		t.Fatalf("ack of the abort: %d %s", r.status, r.body)
@@ -133,23 +109,23 @@ func TestVoteWaitAcrossCoordinators(t *testing.T) {
 	// The last voter waits for nothing: it decides.
 	id = open()
 	other.send(t, "", "PUT", votePathOf("j", id, "b"), `{"epoch":1,"vote":"prepared"}`)
-	if a := waitFor("the last vote", vote(id, "20000"), 2*time.Second); a.cp.Status != Committing || a.took > time.Second {
-		t.Fatalf("the last vote with wait_ms: %s after %s, want committing at once", a.cp.Status, a.took)
+	if a := within(t, "the last vote", vote(id, "20000"), 2*time.Second); a.v.Status != Committing || a.took > time.Second {
+		t.Fatalf("the last vote with wait_ms: %s after %s, want committing at once", a.v.Status, a.took)
 	}
 	ackBoth(id)
 
 	// Nobody else votes: it answers preparing at its wait_ms, not before.
 	id = open()
-	if a := waitFor("an undecided wait", vote(id, "300"), 5*time.Second); a.cp.Status != Preparing || a.took < 300*time.Millisecond {
-		t.Fatalf("an undecided vote with wait_ms=300: %s after %s, want preparing after 300 ms", a.cp.Status, a.took)
+	if a := within(t, "an undecided wait", vote(id, "300"), 5*time.Second); a.v.Status != Preparing || a.took < 300*time.Millisecond {
+		t.Fatalf("an undecided vote with wait_ms=300: %s after %s, want preparing after 300 ms", a.v.Status, a.took)
 	}
 
 	// Shutdown answers it at once, the vote recorded.
 	ch = vote(id, "20000")
 	time.Sleep(200 * time.Millisecond)
 	waiterSvc.EndWaits()
-	if a := waitFor("a shutdown", ch, 3*time.Second); a.cp.Status != Preparing {
-		t.Fatalf("after EndWaits: %s, want preparing", a.cp.Status)
+	if a := within(t, "a shutdown", ch, 3*time.Second); a.v.Status != Preparing {
+		t.Fatalf("after EndWaits: %s, want preparing", a.v.Status)
 	}
 	other.send(t, "", "PUT", votePathOf("j", id, "b"), `{"epoch":1,"vote":"prepared"}`)
 	ackBoth(id)

@@ -154,7 +154,9 @@ func serve(ctx context.Context, cfg config, logger *slog.Logger) error {
 
 	logger.Info("shutting down: finishing in-flight requests", "timeout", cfg.shutdownTimeout.String())
 	// Long-polls answer now, with the checkpoint as it stands, rather than hold the
-	// shutdown until their wait ends.
+	// shutdown until their wait ends; the parked ones with Connection: close, their
+	// connections closed rather than handed back to a server shutting down.
+	parked.Drain()
 	svc.EndWaits()
 	shutdownCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cfg.shutdownTimeout)
 	defer cancel()

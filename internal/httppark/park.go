@@ -60,13 +60,21 @@ func NewListener(inner net.Listener) *Listener {
 // back.
 func (l *Listener) Accept() (net.Conn, error) {
 	l.start.Do(func() { go l.pump() })
-	select {
-	case c := <-l.back:
-		return c, nil
-	case a := <-l.accepted:
-		return a.conn, a.err
-	case <-l.done:
-		return nil, net.ErrClosed
+	for {
+		select {
+		case c := <-l.back:
+			if l.Closed() {
+				// Handed back as Drain was called: the server is shutting down, and a
+				// connection it took now would count as busy and hold the shutdown.
+				_ = c.Close()
+				continue
+			}
+			return c, nil
+		case a := <-l.accepted:
+			return a.conn, a.err
+		case <-l.done:
+			return nil, net.ErrClosed
+		}
 	}
 }
 
@@ -102,19 +110,36 @@ func (l *Listener) Close() error {
 	return err
 }
 
+// Drain makes the listener close, rather than hand back to the server, every connection
+// returned from now on, and Closed report true, so that answers written from now on say
+// Connection: close; it still accepts new connections until Close. Call it before telling
+// parked requests to answer at shutdown: a connection handed back to a server that has
+// begun to shut down is one it counts as busy (a new connection, not yet read from) and
+// waits for.
+func (l *Listener) Drain() {
+	l.mu.Lock()
+	l.closed = true
+	l.mu.Unlock()
+}
+
 // Addr is the inner listener's address.
 func (l *Listener) Addr() net.Addr { return l.inner.Addr() }
 
-// Closed reports whether Close was called: an answer written now should tell the client
-// that the connection closes after it.
+// Closed reports whether Drain or Close was called: an answer written now should tell the
+// client that the connection closes after it.
 func (l *Listener) Closed() bool {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return l.closed
 }
 
-// Return hands c back to be served again, or closes it once the listener is closed.
+// Return hands c back to be served again, or closes it once the listener is drained or
+// closed.
 func (l *Listener) Return(c net.Conn) {
+	if l.Closed() {
+		_ = c.Close()
+		return
+	}
 	select {
 	case l.back <- c:
 	case <-l.done:

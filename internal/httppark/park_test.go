@@ -53,6 +53,73 @@ func TestListenerAcceptsWhatIsHandedBack(t *testing.T) {
 	}
 }
 
+// Once drained, the listener still accepts new connections, but closes every connection
+// handed back, even one already on its way to Accept, and answers say Connection: close.
+func TestDrainedListenerClosesWhatIsHandedBack(t *testing.T) {
+	t.Parallel()
+	inner, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	l := NewListener(inner)
+	defer l.Close()
+	dial := func() (client, server net.Conn) {
+		t.Helper()
+		client, err := net.Dial("tcp", l.Addr().String())
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { client.Close() })
+		server, err = l.Accept()
+		if err != nil {
+			t.Fatal(err)
+		}
+		return client, server
+	}
+	eof := func(what string, client net.Conn) {
+		t.Helper()
+		_ = client.SetReadDeadline(time.Now().Add(5 * time.Second))
+		if _, err := client.Read(make([]byte, 1)); err != io.EOF {
+			t.Fatalf("%s: client read %v, want EOF", what, err)
+		}
+	}
+	clientA, serverA := dial()
+	clientB, serverB := dial()
+	l.Drain()
+	if !l.Closed() {
+		t.Fatal("not Closed after Drain")
+	}
+	go l.Return(serverA) // in the background: nothing accepts
+	eof("a connection handed back after Drain", clientA)
+
+	// One that was handed back before Drain and not yet accepted is closed by Accept,
+	// which goes on to a new connection.
+	go func() { l.back <- serverB }()
+	type acceptedConn struct {
+		conn net.Conn
+		err  error
+	}
+	next := make(chan acceptedConn, 1)
+	go func() {
+		c, err := l.Accept()
+		next <- acceptedConn{c, err}
+	}()
+	eof("a connection on its way back at Drain", clientB)
+	clientC, err := net.Dial("tcp", l.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer clientC.Close()
+	got := <-next
+	if got.err != nil {
+		t.Fatal(got.err)
+	}
+	if got.conn.RemoteAddr().String() != clientC.LocalAddr().String() {
+		t.Fatalf("Accept after Drain: a connection from %v, want the new one from %v", got.conn.RemoteAddr(), clientC.LocalAddr())
+	}
+	got.conn.Close()
+}
+
 // Wait waits for every Hold to be released.
 func TestListenerWaitsForWhatItHolds(t *testing.T) {
 	t.Parallel()

@@ -5,20 +5,14 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"log/slog"
 	"net/http"
-	"net/http/httptest"
 	"strconv"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
-	"github.com/twophase/coordinator/api"
 	cc "github.com/twophase/coordinator/clients/go/coordinatorclient"
-	"github.com/twophase/coordinator/coordinator"
-	"github.com/twophase/coordinator/store/pgtest"
-	"github.com/twophase/coordinator/store/postgres"
 )
 
 // idleRequest is one request the counting handler saw.
@@ -81,27 +75,33 @@ func (r *idleRecorder) Write(b []byte) (int, error) {
 
 func (r *idleRecorder) Unwrap() http.ResponseWriter { return r.ResponseWriter }
 
-// countedCoordinator serves a coordinator on PostgreSQL (its sweeper every 50 ms) through an
-// idleCounter, and returns a client of it with short backoffs, and the test's context.
+// countedCoordinator serves a coordinator (serveCoordinator) through an idleCounter, and
+// returns a client of it and the test's context.
 func countedCoordinator(t *testing.T) (context.Context, *cc.Coordinator, *idleCounter) {
 	t.Helper()
-	ctx, cancel := context.WithCancel(context.Background())
-	t.Cleanup(cancel)
-	store, err := postgres.Open(ctx, pgtest.URL(t), postgres.Options{})
-	if err != nil {
-		t.Fatalf("open store: %v", err)
-	}
-	t.Cleanup(store.Close)
-	svc := coordinator.NewService(store, nil)
-	go svc.RunSweeper(ctx, 50*time.Millisecond)
 	counter := &idleCounter{}
-	srv := httptest.NewServer(counter.wrap(api.NewHandler(svc, api.Options{Logger: slog.New(slog.DiscardHandler), RequestTimeout: time.Minute})))
-	t.Cleanup(srv.Close)
-	coord, err := cc.NewCoordinator(srv.URL, cc.Options{MinBackoff: 5 * time.Millisecond, MaxBackoff: 50 * time.Millisecond})
-	if err != nil {
-		t.Fatal(err)
-	}
+	ctx, _, coord := serveCoordinator(t, counter.wrap)
 	return ctx, coord, counter
+}
+
+// runUntilCleanup runs r in the background until the test ends, then stops it, and fails
+// the test if it does not stop or returns an error other than its context's end.
+func runUntilCleanup[C any](t *testing.T, ctx context.Context, r *cc.Runner[C]) {
+	t.Helper()
+	runCtx, stop := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() { done <- r.Run(runCtx) }()
+	t.Cleanup(func() {
+		stop()
+		select {
+		case err := <-done:
+			if err != nil && !errors.Is(err, context.Canceled) {
+				t.Errorf("Run: %v", err)
+			}
+		case <-time.After(10 * time.Second):
+			t.Error("the Runner did not stop")
+		}
+	})
 }
 
 // idleParticipant tells when the Runner prepares.
@@ -136,21 +136,8 @@ func TestIdleRunnerOnePendingPerWait(t *testing.T) {
 	const idleFor = 2200 * time.Millisecond
 	p := &idleParticipant{prepared: make(chan int64, 1)}
 	r := cc.NewRunner(coord, "idle", "a", cc.Participant[string](p), cc.RunnerOptions{LongPoll: longPoll})
-	runCtx, stop := context.WithCancel(ctx)
-	done := make(chan error, 1)
 	start := len(counter.requests()) // the PUT of the job
-	go func() { done <- r.Run(runCtx) }()
-	t.Cleanup(func() {
-		stop()
-		select {
-		case err := <-done:
-			if err != nil && !errors.Is(err, context.Canceled) {
-				t.Errorf("Run: %v", err)
-			}
-		case <-time.After(10 * time.Second):
-			t.Error("the Runner did not stop")
-		}
-	})
+	runUntilCleanup(t, ctx, r)
 	began := time.Now()
 	time.Sleep(idleFor)
 
@@ -288,17 +275,7 @@ func TestRunnerWaitsForTheDecisionOnPending(t *testing.T) {
 	}
 	p := &idleParticipant{prepared: make(chan int64, 1)}
 	r := cc.NewRunner(coord, "decide", "a", cc.Participant[string](p), cc.RunnerOptions{LongPoll: 10 * time.Second})
-	runCtx, stop := context.WithCancel(ctx)
-	done := make(chan error, 1)
-	go func() { done <- r.Run(runCtx) }()
-	t.Cleanup(func() {
-		stop()
-		select {
-		case <-done:
-		case <-time.After(10 * time.Second):
-			t.Error("the Runner did not stop")
-		}
-	})
+	runUntilCleanup(t, ctx, r)
 	// Open once the Runner has registered: its registration would abort a checkpoint
 	// opened before it.
 	for deadline := time.Now().Add(10 * time.Second); r.Epoch() == 0; time.Sleep(2 * time.Millisecond) {
@@ -417,17 +394,7 @@ func testRunnerLearnsTheDecisionFromItsVote(t *testing.T, other cc.VoteKind, wan
 	}
 	p := &decisionParticipant{idleParticipant: idleParticipant{prepared: make(chan int64, 1)}, applied: make(chan string, 4)}
 	r := cc.NewRunner(coord, "one", "a", cc.Participant[string](p), cc.RunnerOptions{LongPoll: 10 * time.Second})
-	runCtx, stop := context.WithCancel(ctx)
-	done := make(chan error, 1)
-	go func() { done <- r.Run(runCtx) }()
-	t.Cleanup(func() {
-		stop()
-		select {
-		case <-done:
-		case <-time.After(10 * time.Second):
-			t.Error("the Runner did not stop")
-		}
-	})
+	runUntilCleanup(t, ctx, r)
 	// Open once the Runner has read the job and waits on pending.
 	pendingPath := "/v1/jobs/one/participants/a/pending"
 	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(2 * time.Millisecond) {

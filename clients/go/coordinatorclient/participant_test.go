@@ -34,6 +34,16 @@ type bundle struct {
 
 func setup(t *testing.T) *bundle {
 	t.Helper()
+	f := &faults{}
+	_, url, coord := serveCoordinator(t, f.wrap)
+	return &bundle{url: url, coord: coord, faults: f}
+}
+
+// serveCoordinator serves a coordinator on PostgreSQL (its sweeper every 50 ms) through
+// wrap, and returns the test's context, the server's URL and a client of it with short
+// backoffs.
+func serveCoordinator(t *testing.T, wrap func(http.Handler) http.Handler) (context.Context, string, *cc.Coordinator) {
+	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	t.Cleanup(cancel)
 	store, err := postgres.Open(ctx, pgtest.URL(t), postgres.Options{})
@@ -43,15 +53,13 @@ func setup(t *testing.T) *bundle {
 	t.Cleanup(store.Close)
 	svc := coordinator.NewService(store, nil)
 	go svc.RunSweeper(ctx, 50*time.Millisecond)
-	f := &faults{}
-	handler := api.NewHandler(svc, api.Options{Logger: slog.New(slog.DiscardHandler), RequestTimeout: time.Minute})
-	srv := httptest.NewServer(f.wrap(handler))
+	srv := httptest.NewServer(wrap(api.NewHandler(svc, api.Options{Logger: slog.New(slog.DiscardHandler), RequestTimeout: time.Minute})))
 	t.Cleanup(srv.Close)
 	coord, err := cc.NewCoordinator(srv.URL, cc.Options{MinBackoff: 5 * time.Millisecond, MaxBackoff: 50 * time.Millisecond})
 	if err != nil {
 		t.Fatal(err)
 	}
-	return &bundle{url: srv.URL, coord: coord, faults: f}
+	return ctx, srv.URL, coord
 }
 
 // fault is what the injector does to one request.

@@ -737,8 +737,9 @@ type PutAckParams struct {
 // PutVoteParams defines parameters for PutVote.
 type PutVoteParams struct {
 	// WaitMs Once the vote is recorded, while the checkpoint is `preparing`, wait up to this
-	// many milliseconds for its decision, then answer with the checkpoint as it
-	// stands. Checked before the vote: out of range, nothing is recorded (400).
+	// many milliseconds for its decision (or for the voter to owe anything else),
+	// then answer with the checkpoint as it stands. Checked before the vote: out of
+	// range, nothing is recorded (400).
 	WaitMs *int64 `form:"wait_ms,omitempty" json:"wait_ms,omitempty"`
 
 	// Prefer `return=minimal` (RFC 7240) answers the checkpoint with only one participant's entry

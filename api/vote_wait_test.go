@@ -54,6 +54,62 @@ func testVoteWaitsForTheDecision(t *testing.T) {
 	}
 }
 
+func TestVoteWaitEndsWhenANewerCheckpointOpens(t *testing.T) {
+	onEachStore(t, testVoteWaitEndsWhenANewerCheckpointOpens)
+}
+
+// In a job that holds two checkpoints preparing at once, a vote waiting for the first
+// one's decision is answered, the first still preparing, once the second opens: the voter
+// owes a vote on it.
+func testVoteWaitEndsWhenANewerCheckpointOpens(t *testing.T) {
+	b := setup(t)
+	b.job(t, "j", `{"participants":["a","b"],"max_concurrent_checkpoints":2}`, "a", "b")
+	var first Checkpoint
+	b.call(t, "POST", "/v1/jobs/j/checkpoints", "", "").ok(t, 201, &first)
+	done := make(chan answer, 1)
+	go func() {
+		done <- b.json(t, "PUT", votePathOf("j", first.Id, "a")+"?wait_ms=30000", `{"epoch":1,"vote":"prepared"}`)
+	}()
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		var now Checkpoint
+		b.call(t, "GET", fmt.Sprintf("/v1/jobs/j/checkpoints/%d", first.Id), "", "").ok(t, 200, &now)
+		if now.Participants[0].Vote != nil {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("a's vote not recorded while it waits: %+v", now.Participants[0])
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	select {
+	case a := <-done:
+		t.Fatalf("the waiting vote answered before anything happened: %d %s", a.status, a.body)
+	case <-time.After(200 * time.Millisecond):
+	}
+	b.call(t, "POST", "/v1/jobs/j/checkpoints", "", "").ok(t, 201, nil)
+	var got Checkpoint
+	select {
+	case a := <-done:
+		a.ok(t, 200, &got)
+	case <-time.After(5 * time.Second):
+		t.Fatal("the waiting vote was not answered when a newer checkpoint opened")
+	}
+	if got.Id != first.Id || got.Status != Preparing {
+		t.Fatalf("the waiting vote answered checkpoint %d %s, want %d preparing", got.Id, got.Status, first.Id)
+	}
+
+	// A voter that owes a vote on a newer checkpoint already, when it votes, does not wait.
+	b.job(t, "k", `{"participants":["a","b"],"max_concurrent_checkpoints":2}`, "a", "b")
+	b.call(t, "POST", "/v1/jobs/k/checkpoints", "", "").ok(t, 201, nil)
+	b.call(t, "POST", "/v1/jobs/k/checkpoints", "", "").ok(t, 201, nil)
+	started := time.Now()
+	b.json(t, "PUT", votePathOf("k", 1, "a")+"?wait_ms=30000", `{"epoch":1,"vote":"prepared"}`).ok(t, 200, &got)
+	if took := time.Since(started); got.Status != Preparing || took > 5*time.Second {
+		t.Fatalf("a vote owing another answered %s after %s, want preparing at once", got.Status, took)
+	}
+}
+
 // The wait of a vote is woken by a decision through another coordinator on the database,
 // ends at its wait_ms or at shutdown, and is checked before the vote is recorded.
 func TestVoteWaitAcrossCoordinators(t *testing.T) {
@@ -113,6 +169,60 @@ func TestVoteWaitAcrossCoordinators(t *testing.T) {
 		t.Fatalf("the last vote with wait_ms: %s after %s, want committing at once", a.v.Status, a.took)
 	}
 	ackBoth(id)
+
+	// A change that wakes the job's waiters but leaves the voter owing nothing (another
+	// participant, which has voted, registered again elsewhere): a's wait goes on until the
+	// decision. a itself registered again elsewhere ends it: the waiting instance is fenced.
+	other.send(t, "", "PUT", "/v1/jobs/m", `{"participants":["a","b","c"]}`)
+	for _, p := range []string{"a", "b", "c"} {
+		other.send(t, "", "POST", "/v1/jobs/m/participants/"+p+"/register", "")
+	}
+	openM := func(id int64) <-chan timed[Checkpoint] {
+		if r := other.send(t, "", "POST", "/v1/jobs/m/checkpoints", ""); r.status != 201 {
+			t.Fatalf("open m/%d: %d %s", id, r.status, r.body)
+		}
+		other.send(t, "", "PUT", votePathOf("m", id, "b"), `{"epoch":1,"vote":"prepared"}`)
+		ch := sendTimed[Checkpoint](t, waiter, "PUT", votePathOf("m", id, "a")+"?wait_ms=20000", `{"epoch":1,"vote":"prepared"}`)
+		time.Sleep(200 * time.Millisecond)
+		return ch
+	}
+	chm := openM(1)
+	other.send(t, "", "POST", "/v1/jobs/m/participants/b/register", "") // b's epoch 2, its vote kept
+	select {
+	case a := <-chm:
+		t.Fatalf("a's vote answered %s after %s when b registered again; want it to go on waiting", a.v.Status, a.took)
+	case <-time.After(500 * time.Millisecond):
+	}
+	other.send(t, "", "PUT", votePathOf("m", 1, "c"), `{"epoch":1,"vote":"prepared"}`)
+	if a := within(t, "the decision after another's registration", chm, 5*time.Second); a.v.Status != Committing {
+		t.Fatalf("after b registered again and c voted: %s, want committing", a.v.Status)
+	}
+	for p, epoch := range map[string]int{"a": 1, "b": 2, "c": 1} {
+		if r := other.send(t, "", "PUT", ackPathOf("m", 1, p), fmt.Sprintf(`{"epoch":%d}`, epoch)); r.status != 200 {
+			t.Fatalf("ack %s of m/1: %d %s", p, r.status, r.body)
+		}
+	}
+	chm = openM(2)
+	other.send(t, "", "POST", "/v1/jobs/m/participants/a/register", "") // a's epoch 2
+	if a := within(t, "the voter registered again", chm, 5*time.Second); a.v.Status != Preparing {
+		t.Fatalf("after a registered again elsewhere: %s, want preparing", a.v.Status)
+	}
+
+	// A newer checkpoint opened elsewhere, in a job of two at once: a's vote answers, the
+	// checkpoint still preparing.
+	other.send(t, "", "PUT", "/v1/jobs/k", `{"participants":["a","b"],"max_concurrent_checkpoints":2}`)
+	other.send(t, "", "POST", "/v1/jobs/k/participants/a/register", "")
+	if r := other.send(t, "", "POST", "/v1/jobs/k/checkpoints", ""); r.status != 201 {
+		t.Fatalf("open k/1: %d %s", r.status, r.body)
+	}
+	chk := sendTimed[Checkpoint](t, waiter, "PUT", votePathOf("k", 1, "a")+"?wait_ms=20000", `{"epoch":1,"vote":"prepared"}`)
+	time.Sleep(200 * time.Millisecond)
+	if r := other.send(t, "", "POST", "/v1/jobs/k/checkpoints", ""); r.status != 201 {
+		t.Fatalf("open k/2: %d %s", r.status, r.body)
+	}
+	if a := within(t, "a newer checkpoint elsewhere", chk, 5*time.Second); a.v.Id != 1 || a.v.Status != Preparing || a.took < 200*time.Millisecond {
+		t.Fatalf("after k/2 opened elsewhere: checkpoint %d %s after %s, want 1 preparing after the opening", a.v.Id, a.v.Status, a.took)
+	}
 
 	// Nobody else votes: it answers preparing at its wait_ms, not before.
 	id = open()

@@ -474,7 +474,7 @@ func (s *Service) GetCheckpoint(ctx context.Context, job string, id int64, wait 
 	if wait == 0 || s.waitsEnded() {
 		return s.readCheckpoint(ctx, job, id)
 	}
-	return s.awaitDecision(ctx, job, id, wait)
+	return s.awaitDecision(ctx, job, id, wait, nil)
 }
 
 // validateWait checks a long-poll's wait (wait_ms).
@@ -488,11 +488,16 @@ func validateWait(wait time.Duration) error {
 }
 
 // awaitDecision waits up to wait for checkpoint id to leave preparing, and returns it as it
-// then stands (at once if it is decided already).
-func (s *Service) awaitDecision(ctx context.Context, job string, id int64, wait time.Duration) (*Checkpoint, error) {
+// then stands (at once if it is decided already). Given a voter, it also returns, with the
+// checkpoint as it stands, once the voter owes something (voter.owes).
+func (s *Service) awaitDecision(ctx context.Context, job string, id int64, wait time.Duration, voter *voterWait) (*Checkpoint, error) {
 	timer := time.NewTimer(wait)
 	defer timer.Stop()
 	knower, _ := s.store.(PreparingKnower)
+	var jobChanged <-chan struct{} // nil: never ready
+	if voter != nil {
+		jobChanged = voter.sub.Done()
+	}
 	for first := true; ; first = false {
 		// Subscribe before reading, so that a decision after the read wakes us. A wake-up
 		// may be spurious (a store that lost its notifications wakes every waiter), so the
@@ -506,6 +511,7 @@ func (s *Service) awaitDecision(ctx context.Context, job string, id int64, wait 
 				return cp, err
 			}
 		}
+	wait:
 		select {
 		case <-sub.Done():
 			sub.Cancel()
@@ -513,6 +519,20 @@ func (s *Service) awaitDecision(ctx context.Context, job string, id int64, wait 
 			if cp := sub.Decided(); cp != nil && cp.Status != StatusPreparing {
 				return cp, nil
 			}
+		case <-jobChanged:
+			// Its own decision wakes the job's waiters too (first, in some stores): a store
+			// that knows it answers without a read. Otherwise the wait ends if the voter
+			// owes something now, and goes on, subscribed again first, if not.
+			if decided := s.knownDecided(job, id); decided != nil {
+				sub.Cancel()
+				return decided, nil
+			}
+			if owes, err := voter.owes(ctx, s); err != nil || owes {
+				sub.Cancel()
+				return s.readCheckpoint(ctx, job, id)
+			}
+			jobChanged = voter.sub.Done()
+			goto wait
 		case <-timer.C:
 			sub.Cancel()
 			return s.readCheckpoint(ctx, job, id)
@@ -524,6 +544,45 @@ func (s *Service) awaitDecision(ctx context.Context, job string, id int64, wait 
 			return nil, ctx.Err()
 		}
 	}
+}
+
+// voterWait is what the wait of a vote knows of its voter: the wait ends, besides at the
+// checkpoint's decision, once the voter owes anything on the job, as pending would list it
+// (a vote on a newer checkpoint, in a job that holds several preparing at once), or its
+// epoch has moved on. sub is subscribed to the job's changes (AnyCheckpoint) and woken by
+// each of them; owes subscribes it again.
+type voterWait struct {
+	job, participant string
+	epoch            int64
+	sub              *Subscription
+}
+
+// owes reports whether the voter owes anything now, subscribing w.sub again first, so that
+// a change after the look wakes the wait. Most wakes of a job's waiters are news of other
+// participants or of the voter's own checkpoint: a store that knows the voter owes
+// nothing answers without a read.
+func (w *voterWait) owes(ctx context.Context, s *Service) (bool, error) {
+	w.sub.Cancel()
+	w.sub = s.store.Subscribe(w.job, AnyCheckpoint)
+	owingKnower, _ := s.store.(OwingKnower)
+	if knownOwing(owingKnower, w.job, w.participant, w.epoch) != nil {
+		return false, nil
+	}
+	v, err := s.readOwing(ctx, w.job)
+	if err != nil {
+		return false, err
+	}
+	p, err := v.pending(w.participant)
+	return err != nil || len(p.Items) > 0 || p.Epoch != w.epoch, nil
+}
+
+// knownDecided is the checkpoint as this process last committed it, if the store knows
+// without a read that it is decided (DecisionKnower), else nil.
+func (s *Service) knownDecided(job string, id int64) *Checkpoint {
+	if knower, ok := s.store.(DecisionKnower); ok {
+		return knower.KnownDecided(job, id)
+	}
+	return nil
 }
 
 func (s *Service) waitsEnded() bool {
@@ -571,24 +630,38 @@ func (s *Service) Vote(ctx context.Context, job string, id int64, participant st
 
 // VoteAndWait is Vote, then, with wait > 0 and the checkpoint still preparing after the
 // vote, a wait of up to wait for its decision: the voter learns the decision from its vote
-// instead of asking again. wait is checked before the vote; the vote is recorded whatever
+// instead of asking again. The wait also ends, with the checkpoint still preparing, once
+// the voter owes anything else (a vote on a newer checkpoint, in a job that holds several
+// preparing at once) or was registered again: pending tells it what. wait is checked before the
+// vote; the vote is recorded whatever
 // becomes of the wait, and when the wait cannot tell (the request ends, the store cannot be
 // read), the answer is the checkpoint as the vote left it.
 func (s *Service) VoteAndWait(ctx context.Context, job string, id int64, participant string, v Vote, wait time.Duration) (*Checkpoint, error) {
 	if err := validateWait(wait); err != nil {
 		return nil, err
 	}
+	var voter *voterWait
+	if wait > 0 {
+		// A checkpoint opened while the vote waits (in a job that holds several preparing
+		// at once) ends the wait: the voter owes a vote on it, which should not wait for
+		// this decision. Subscribed before the vote, so that one opened meanwhile counts.
+		voter = &voterWait{job: job, participant: participant, epoch: v.Epoch, sub: s.store.Subscribe(job, AnyCheckpoint)}
+		defer func() { voter.sub.Cancel() }()
+	}
 	cp, err := s.Vote(ctx, job, id, participant, v)
 	if err != nil || wait == 0 || cp.Status != StatusPreparing || s.waitsEnded() {
 		return cp, err
 	}
 	// The other votes come close behind this one: often one has decided already.
-	if knower, ok := s.store.(DecisionKnower); ok {
-		if decided := knower.KnownDecided(job, id); decided != nil {
-			return decided, nil
-		}
+	if decided := s.knownDecided(job, id); decided != nil {
+		return decided, nil
 	}
-	if decided, err := s.awaitDecision(ctx, job, id, wait); err == nil {
+	// A voter that owes something already (a newer checkpoint opened before it voted)
+	// does not wait.
+	if owes, err := voter.owes(ctx, s); err != nil || owes {
+		return cp, nil
+	}
+	if decided, err := s.awaitDecision(ctx, job, id, wait, voter); err == nil {
 		return decided, nil
 	}
 	return cp, nil

@@ -736,8 +736,9 @@ type PutAckParams struct {
 // PutVoteParams defines parameters for PutVote.
 type PutVoteParams struct {
 	// WaitMs Once the vote is recorded, while the checkpoint is `preparing`, wait up to this
-	// many milliseconds for its decision, then answer with the checkpoint as it
-	// stands. Checked before the vote: out of range, nothing is recorded (400).
+	// many milliseconds for its decision (or for the voter to owe anything else),
+	// then answer with the checkpoint as it stands. Checked before the vote: out of
+	// range, nothing is recorded (400).
 	WaitMs *int64 `form:"wait_ms,omitempty" json:"wait_ms,omitempty"`
 
 	// Prefer `return=minimal` (RFC 7240) answers the checkpoint with only one participant's entry
@@ -1133,9 +1134,10 @@ type ClientInterface interface {
 	// With `wait_ms`, a vote that leaves the checkpoint `preparing` is answered once the
 	// checkpoint is decided (by any coordinator on the database), or when `wait_ms` ends:
 	// the voter learns the decision from its vote instead of asking `pending` again. The
-	// vote is recorded before the wait; the wait changes only when the answer comes. A
-	// participant of a job that may hold several checkpoints open at once should not wait
-	// here: a checkpoint opened meanwhile does not end the wait (`pending` learns of both).
+	// vote is recorded before the wait; the wait changes only when the answer comes. The
+	// wait also ends, the checkpoint still `preparing`, as soon as the voter owes anything
+	// (what `pending` would list: a vote on a checkpoint opened meanwhile, in a job that
+	// holds several preparing at once) or has been registered again: ask `pending` then.
 	//
 	// Takes any type of body and a specified content type.
 	//
@@ -1153,9 +1155,10 @@ type ClientInterface interface {
 	// With `wait_ms`, a vote that leaves the checkpoint `preparing` is answered once the
 	// checkpoint is decided (by any coordinator on the database), or when `wait_ms` ends:
 	// the voter learns the decision from its vote instead of asking `pending` again. The
-	// vote is recorded before the wait; the wait changes only when the answer comes. A
-	// participant of a job that may hold several checkpoints open at once should not wait
-	// here: a checkpoint opened meanwhile does not end the wait (`pending` learns of both).
+	// vote is recorded before the wait; the wait changes only when the answer comes. The
+	// wait also ends, the checkpoint still `preparing`, as soon as the voter owes anything
+	// (what `pending` would list: a vote on a checkpoint opened meanwhile, in a job that
+	// holds several preparing at once) or has been registered again: ask `pending` then.
 	//
 	// Takes a body of the `application/json` content type.
 	//
@@ -1749,9 +1752,10 @@ func (c *Client) CompleteCheckpoint(ctx context.Context, job JobName, id Checkpo
 // With `wait_ms`, a vote that leaves the checkpoint `preparing` is answered once the
 // checkpoint is decided (by any coordinator on the database), or when `wait_ms` ends:
 // the voter learns the decision from its vote instead of asking `pending` again. The
-// vote is recorded before the wait; the wait changes only when the answer comes. A
-// participant of a job that may hold several checkpoints open at once should not wait
-// here: a checkpoint opened meanwhile does not end the wait (`pending` learns of both).
+// vote is recorded before the wait; the wait changes only when the answer comes. The
+// wait also ends, the checkpoint still `preparing`, as soon as the voter owes anything
+// (what `pending` would list: a vote on a checkpoint opened meanwhile, in a job that
+// holds several preparing at once) or has been registered again: ask `pending` then.
 //
 // Takes any type of body and a specified content type.
 //
@@ -1779,9 +1783,10 @@ func (c *Client) PutVoteWithBody(ctx context.Context, job JobName, id Checkpoint
 // With `wait_ms`, a vote that leaves the checkpoint `preparing` is answered once the
 // checkpoint is decided (by any coordinator on the database), or when `wait_ms` ends:
 // the voter learns the decision from its vote instead of asking `pending` again. The
-// vote is recorded before the wait; the wait changes only when the answer comes. A
-// participant of a job that may hold several checkpoints open at once should not wait
-// here: a checkpoint opened meanwhile does not end the wait (`pending` learns of both).
+// vote is recorded before the wait; the wait changes only when the answer comes. The
+// wait also ends, the checkpoint still `preparing`, as soon as the voter owes anything
+// (what `pending` would list: a vote on a checkpoint opened meanwhile, in a job that
+// holds several preparing at once) or has been registered again: ask `pending` then.
 //
 // Takes a body of the `application/json` content type.
 //
@@ -3682,9 +3687,10 @@ type ClientWithResponsesInterface interface {
 	// With `wait_ms`, a vote that leaves the checkpoint `preparing` is answered once the
 	// checkpoint is decided (by any coordinator on the database), or when `wait_ms` ends:
 	// the voter learns the decision from its vote instead of asking `pending` again. The
-	// vote is recorded before the wait; the wait changes only when the answer comes. A
-	// participant of a job that may hold several checkpoints open at once should not wait
-	// here: a checkpoint opened meanwhile does not end the wait (`pending` learns of both).
+	// vote is recorded before the wait; the wait changes only when the answer comes. The
+	// wait also ends, the checkpoint still `preparing`, as soon as the voter owes anything
+	// (what `pending` would list: a vote on a checkpoint opened meanwhile, in a job that
+	// holds several preparing at once) or has been registered again: ask `pending` then.
 	//
 	// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
 	//
@@ -3702,9 +3708,10 @@ type ClientWithResponsesInterface interface {
 	// With `wait_ms`, a vote that leaves the checkpoint `preparing` is answered once the
 	// checkpoint is decided (by any coordinator on the database), or when `wait_ms` ends:
 	// the voter learns the decision from its vote instead of asking `pending` again. The
-	// vote is recorded before the wait; the wait changes only when the answer comes. A
-	// participant of a job that may hold several checkpoints open at once should not wait
-	// here: a checkpoint opened meanwhile does not end the wait (`pending` learns of both).
+	// vote is recorded before the wait; the wait changes only when the answer comes. The
+	// wait also ends, the checkpoint still `preparing`, as soon as the voter owes anything
+	// (what `pending` would list: a vote on a checkpoint opened meanwhile, in a job that
+	// holds several preparing at once) or has been registered again: ask `pending` then.
 	//
 	// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
 	//
@@ -5643,9 +5650,10 @@ func (c *ClientWithResponses) CompleteCheckpointWithResponse(ctx context.Context
 // With `wait_ms`, a vote that leaves the checkpoint `preparing` is answered once the
 // checkpoint is decided (by any coordinator on the database), or when `wait_ms` ends:
 // the voter learns the decision from its vote instead of asking `pending` again. The
-// vote is recorded before the wait; the wait changes only when the answer comes. A
-// participant of a job that may hold several checkpoints open at once should not wait
-// here: a checkpoint opened meanwhile does not end the wait (`pending` learns of both).
+// vote is recorded before the wait; the wait changes only when the answer comes. The
+// wait also ends, the checkpoint still `preparing`, as soon as the voter owes anything
+// (what `pending` would list: a vote on a checkpoint opened meanwhile, in a job that
+// holds several preparing at once) or has been registered again: ask `pending` then.
 //
 // Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
 //
@@ -5669,9 +5677,10 @@ func (c *ClientWithResponses) PutVoteWithBodyWithResponse(ctx context.Context, j
 // With `wait_ms`, a vote that leaves the checkpoint `preparing` is answered once the
 // checkpoint is decided (by any coordinator on the database), or when `wait_ms` ends:
 // the voter learns the decision from its vote instead of asking `pending` again. The
-// vote is recorded before the wait; the wait changes only when the answer comes. A
-// participant of a job that may hold several checkpoints open at once should not wait
-// here: a checkpoint opened meanwhile does not end the wait (`pending` learns of both).
+// vote is recorded before the wait; the wait changes only when the answer comes. The
+// wait also ends, the checkpoint still `preparing`, as soon as the voter owes anything
+// (what `pending` would list: a vote on a checkpoint opened meanwhile, in a job that
+// holds several preparing at once) or has been registered again: ask `pending` then.
 //
 // Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
 //

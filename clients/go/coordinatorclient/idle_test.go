@@ -147,12 +147,10 @@ func TestIdleRunnerOnePendingPerWait(t *testing.T) {
 	for i, req := range idle {
 		switch {
 		case i == 0 && req.method == "POST" && req.path == "/v1/jobs/idle/participants/a/register":
-		case i == 1 && req.method == "GET" && req.path == "/v1/jobs/idle":
-			// Once, after registering: whether its votes may wait for decisions.
 		case req.method == "GET" && req.path == pendingPath:
 			pendings = append(pendings, req)
 		default:
-			t.Errorf("request %d of the idle Runner: %s %s?%s, want only the registration, the job's configuration, and then long-polls on pending", i, req.method, req.path, req.query)
+			t.Errorf("request %d of the idle Runner: %s %s?%s, want only the registration and then long-polls on pending", i, req.method, req.path, req.query)
 		}
 	}
 	if len(idle) == 0 || idle[0].path != "/v1/jobs/idle/participants/a/register" {
@@ -257,15 +255,15 @@ func TestIdleRunnerOnePendingPerWait(t *testing.T) {
 	}
 }
 
-// TestRunnerWaitsForTheDecisionOnPending checks that a Runner of a job that may hold
-// several checkpoints preparing at once, whose vote did not decide its checkpoint, learns
-// the decision from its long-poll on pending, the same request that waits for new
-// checkpoints: between its vote and its ack it sends one request, a long-poll on pending
-// answered with the commit item, woken by the other vote.
-func TestRunnerWaitsForTheDecisionOnPending(t *testing.T) {
+// TestRunnerVotesOnANewerCheckpointWhileItsVoteWaits checks that a Runner of a job that
+// may hold several checkpoints preparing at once, whose vote waits for its checkpoint's
+// decision, votes on a checkpoint opened meanwhile without waiting for that decision: the
+// coordinator ends the vote's wait, the checkpoint still preparing, and the Runner's
+// long-poll on pending brings the new one. Both are then committed, in order.
+func TestRunnerVotesOnANewerCheckpointWhileItsVoteWaits(t *testing.T) {
 	t.Parallel()
 	ctx, coord, counter := countedCoordinator(t)
-	two := 2 // more than one checkpoint preparing at once: a vote does not wait
+	two := 2
 	if _, err := coord.PutJob(ctx, "decide", cc.JobConfig{Participants: []string{"a", "b"}, MaxConcurrentCheckpoints: &two}); err != nil {
 		t.Fatalf("put job: %v", err)
 	}
@@ -273,8 +271,8 @@ func TestRunnerWaitsForTheDecisionOnPending(t *testing.T) {
 	if err != nil {
 		t.Fatalf("register b: %v", err)
 	}
-	p := &idleParticipant{prepared: make(chan int64, 1)}
-	r := cc.NewRunner(coord, "decide", "a", cc.Participant[string](p), cc.RunnerOptions{LongPoll: 10 * time.Second})
+	p := &idleParticipant{prepared: make(chan int64, 2)}
+	r := cc.NewRunner(coord, "decide", "a", cc.Participant[string](p), cc.RunnerOptions{LongPoll: 30 * time.Second})
 	runUntilCleanup(t, ctx, r)
 	// Open once the Runner has registered: its registration would abort a checkpoint
 	// opened before it.
@@ -283,69 +281,59 @@ func TestRunnerWaitsForTheDecisionOnPending(t *testing.T) {
 			t.Fatal("the Runner did not register within 10 s")
 		}
 	}
-	cp, err := coord.OpenCheckpoint(ctx, "decide", "", 0)
-	if err != nil {
-		t.Fatalf("open: %v", err)
+	path := func(kind string, id int64) string {
+		return "/v1/jobs/decide/checkpoints/" + strconv.FormatInt(id, 10) + "/" + kind + "/a"
 	}
-	votePath := "/v1/jobs/decide/checkpoints/" + strconv.FormatInt(cp.Id, 10) + "/votes/a"
-	ackPath := "/v1/jobs/decide/checkpoints/" + strconv.FormatInt(cp.Id, 10) + "/acks/a"
-	pendingPath := "/v1/jobs/decide/participants/a/pending"
-	find := func(method, path string, after time.Time) *idleRequest {
-		for _, req := range counter.requests() {
-			if req.method == method && req.path == path && !req.ended.IsZero() && req.started.After(after) {
-				return &req
-			}
-		}
-		return nil
-	}
-	waitFor := func(what string, f func() *idleRequest) idleRequest {
+	waitFor := func(what string, f func(idleRequest) bool) idleRequest {
 		t.Helper()
 		for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(2 * time.Millisecond) {
-			if req := f(); req != nil {
-				return *req
+			for _, req := range counter.requests() {
+				if f(req) {
+					return req
+				}
 			}
 			if time.Now().After(deadline) {
 				t.Fatalf("%s: not within 10 s; requests: %+v", what, counter.requests())
 			}
 		}
 	}
-	vote := waitFor("the Runner's vote", func() *idleRequest { return find("PUT", votePath, time.Time{}) })
-	// The Runner is now in doubt: once its long-poll on pending is held (for 50 ms, past
-	// its first read), decide by b's vote.
-	waitFor("the Runner's long-poll after its vote", func() *idleRequest {
-		for _, req := range counter.requests() {
-			if req.method == "GET" && req.path == pendingPath && req.started.After(vote.ended) && req.ended.IsZero() &&
-				time.Since(req.started) > 50*time.Millisecond {
-				return &req
-			}
-		}
-		return nil
+	first, err := coord.OpenCheckpoint(ctx, "decide", "", 0)
+	if err != nil {
+		t.Fatalf("open: %v", err)
+	}
+	vote1 := waitFor("the Runner's vote on the first checkpoint, held for 100 ms", func(req idleRequest) bool {
+		return req.method == "PUT" && req.path == path("votes", first.Id) && strings.Contains(req.query, "wait_ms=") &&
+			req.ended.IsZero() && time.Since(req.started) > 100*time.Millisecond
 	})
-	decided := time.Now()
-	empty := json.RawMessage(`[]`)
-	if _, err := coord.Vote(ctx, "decide", cp.Id, "b", cc.VoteRequest{Epoch: regB.Epoch, Vote: cc.VoteKindPrepared, Committables: &empty}); err != nil {
-		t.Fatalf("vote b: %v", err)
+	opened := time.Now()
+	second, err := coord.OpenCheckpoint(ctx, "decide", "", 0)
+	if err != nil {
+		t.Fatalf("open the second: %v", err)
 	}
-	ack := waitFor("the Runner's ack", func() *idleRequest { return find("PUT", ackPath, vote.ended) })
-	var between []idleRequest
-	for _, req := range counter.requests() {
-		if req.started.After(vote.ended) && req.started.Before(ack.started) && !strings.HasSuffix(req.path, "/votes/b") { // b's vote is the test's
-			between = append(between, req)
+	// Before b votes on the first: the Runner does not wait for that decision.
+	waitFor("the Runner's vote on the second checkpoint", func(req idleRequest) bool {
+		return req.method == "PUT" && req.path == path("votes", second.Id)
+	})
+	vote1 = waitFor("the first vote's answer", func(req idleRequest) bool { return req.started.Equal(vote1.started) && !req.ended.IsZero() })
+	var answer cc.Checkpoint
+	if err := json.Unmarshal(vote1.body, &answer); err != nil {
+		t.Fatalf("the first vote's answer %s: %v", vote1.body, err)
+	}
+	if answer.Status != cc.Preparing || vote1.ended.Before(opened) {
+		t.Errorf("the first vote answered %s at %s, the second checkpoint opened at %s: want preparing, after the opening",
+			answer.Status, vote1.ended.Format(time.StampMicro), opened.Format(time.StampMicro))
+	}
+	empty := json.RawMessage(`[]`)
+	for _, id := range []int64{first.Id, second.Id} {
+		if _, err := coord.Vote(ctx, "decide", id, "b", cc.VoteRequest{Epoch: regB.Epoch, Vote: cc.VoteKindPrepared, Committables: &empty}); err != nil {
+			t.Fatalf("vote b on %d: %v", id, err)
 		}
 	}
-	if len(between) != 1 || between[0].method != "GET" || between[0].path != pendingPath || !strings.Contains(between[0].query, "wait_ms=") {
-		t.Fatalf("between its vote and its ack the Runner sent %+v, want one long-poll on pending", between)
-	}
-	var answer cc.Pending
-	if err := json.Unmarshal(between[0].body, &answer); err != nil {
-		t.Fatalf("the long-poll's answer %s: %v", between[0].body, err)
-	}
-	if len(answer.Items) != 1 || answer.Items[0].Action != cc.PendingActionCommit || answer.Items[0].Checkpoint != cp.Id {
-		t.Errorf("the long-poll answered %s, want the commit of checkpoint %d", between[0].body, cp.Id)
-	}
-	if !between[0].started.Before(decided) || between[0].ended.Before(decided) {
-		t.Errorf("the long-poll ran from %s to %s, b voting at %s: want it held across b's vote, woken by the decision",
-			between[0].started.Format(time.StampMicro), between[0].ended.Format(time.StampMicro), decided.Format(time.StampMicro))
+	ack1 := waitFor("the Runner's ack of the first", func(req idleRequest) bool { return req.path == path("acks", first.Id) && !req.ended.IsZero() })
+	ack2 := waitFor("the Runner's ack of the second", func(req idleRequest) bool { return req.path == path("acks", second.Id) && !req.ended.IsZero() })
+	if ack2.started.Before(ack1.ended) {
+		t.Errorf("the Runner acked the second checkpoint at %s, before the first's ack ended at %s: want checkpoint order",
+			ack2.started.Format(time.StampMicro), ack1.ended.Format(time.StampMicro))
 	}
 }
 

@@ -95,9 +95,6 @@ type Runner[C any] struct {
 	// inDoubt holds the checkpoints this instance voted prepared on and has not seen
 	// decided; owned by Run's goroutine.
 	inDoubt map[int64]bool
-	// voteWait is how long a prepared vote waits for the checkpoint's decision (0: not at
-	// all); set by Run from the job's configuration.
-	voteWait time.Duration
 }
 
 // NewRunner returns a Runner of participant name of job.
@@ -143,19 +140,6 @@ func (r *Runner[C]) Run(ctx context.Context) error {
 	r.epoch.Store(reg.Epoch)
 	r.log = r.log.With("epoch", reg.Epoch)
 	r.log.Info("registered", "owed", len(reg.Pending))
-	// In a job that holds one checkpoint preparing at a time, nothing else can become owed
-	// to this participant while a checkpoint it voted prepared on is undecided: its vote
-	// waits for the decision, and no request of its own is needed to learn it. With more at
-	// once, a vote does not wait: pending tells of new checkpoints and decisions alike.
-	job, err := r.coord.Job(ctx, r.job)
-	switch {
-	case err == nil && job.MaxConcurrentCheckpoints == 1:
-		r.voteWait = r.opts.LongPoll
-	case err != nil && ctx.Err() != nil:
-		return context.Cause(ctx)
-	case err != nil:
-		r.log.Warn("job configuration not read: votes will not wait for decisions", "error", err)
-	}
 	items, err := r.decode(reg.Pending)
 	if err != nil {
 		return err
@@ -304,7 +288,10 @@ func (r *Runner[C]) prepareAndVote(ctx context.Context, id int64) error {
 		return Permanent(fmt.Errorf("encode committables of %s/%d: %w", r.job, id, err))
 	}
 	msg := Committables(raw)
-	cp, err := r.coord.VoteAndWait(ctx, r.job, id, r.name, VoteRequest{Epoch: r.Epoch(), Vote: VoteKindPrepared, Committables: &msg}, r.voteWait)
+	// The vote waits for the decision, so that no request of its own is needed to learn
+	// it; the coordinator ends the wait as soon as this participant owes anything else (a
+	// checkpoint opened meanwhile, in a job that holds several preparing at once).
+	cp, err := r.coord.VoteAndWait(ctx, r.job, id, r.name, VoteRequest{Epoch: r.Epoch(), Vote: VoteKindPrepared, Committables: &msg}, r.opts.LongPoll)
 	if errors.Is(err, ErrAlreadyDecided) {
 		var apiErr *APIError
 		if errors.As(err, &apiErr) && r.votedPrepared(apiErr.Checkpoint()) {

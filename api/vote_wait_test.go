@@ -19,28 +19,7 @@ func testVoteWaitsForTheDecision(t *testing.T) {
 	var cp Checkpoint
 	b.call(t, "POST", "/v1/jobs/j/checkpoints", "", "").ok(t, 201, &cp)
 
-	done := make(chan answer, 1)
-	go func() {
-		done <- b.json(t, "PUT", votePathOf("j", cp.Id, "a")+"?wait_ms=30000", `{"epoch":1,"vote":"prepared","committables":["t1"]}`)
-	}()
-	// a's vote is recorded while it waits.
-	deadline := time.Now().Add(5 * time.Second)
-	for {
-		var now Checkpoint
-		b.call(t, "GET", fmt.Sprintf("/v1/jobs/j/checkpoints/%d", cp.Id), "", "").ok(t, 200, &now)
-		if now.Participants[0].Vote != nil {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("a's vote not recorded while it waits: %+v", now.Participants[0])
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-	select {
-	case a := <-done:
-		t.Fatalf("the waiting vote answered before the decision: %d %s", a.status, a.body)
-	case <-time.After(200 * time.Millisecond):
-	}
+	done := waitingVote(t, b, "j", cp.Id, `{"epoch":1,"vote":"prepared","committables":["t1"]}`)
 	b.json(t, "PUT", votePathOf("j", cp.Id, "b"), `{"epoch":1,"vote":"prepared"}`).ok(t, 200, nil)
 	var got Checkpoint
 	select {
@@ -52,6 +31,33 @@ func testVoteWaitsForTheDecision(t *testing.T) {
 	if got.Status != Committing {
 		t.Fatalf("the waiting vote answered %s, want committing", got.Status)
 	}
+}
+
+// waitingVote sends participant a's vote with body on checkpoint id of job, with
+// wait_ms=30000, in the background, and returns where its answer will come once it is
+// recorded (a is the job's first participant) and still held 200 ms later.
+func waitingVote(t *testing.T, b *bundle, job string, id int64, body string) <-chan answer {
+	t.Helper()
+	done := make(chan answer, 1)
+	go func() { done <- b.json(t, "PUT", votePathOf(job, id, "a")+"?wait_ms=30000", body) }()
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		var now Checkpoint
+		b.call(t, "GET", fmt.Sprintf("/v1/jobs/%s/checkpoints/%d", job, id), "", "").ok(t, 200, &now)
+		if now.Participants[0].Vote != nil {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("a's vote not recorded while it waits: %+v", now.Participants[0])
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	select {
+	case a := <-done:
+		t.Fatalf("the waiting vote answered before anything happened: %d %s", a.status, a.body)
+	case <-time.After(200 * time.Millisecond):
+	}
+	return done
 }
 
 func TestVoteWaitEndsWhenANewerCheckpointOpens(t *testing.T) {
@@ -66,27 +72,7 @@ func testVoteWaitEndsWhenANewerCheckpointOpens(t *testing.T) {
 	b.job(t, "j", `{"participants":["a","b"],"max_concurrent_checkpoints":2}`, "a", "b")
 	var first Checkpoint
 	b.call(t, "POST", "/v1/jobs/j/checkpoints", "", "").ok(t, 201, &first)
-	done := make(chan answer, 1)
-	go func() {
-		done <- b.json(t, "PUT", votePathOf("j", first.Id, "a")+"?wait_ms=30000", `{"epoch":1,"vote":"prepared"}`)
-	}()
-	deadline := time.Now().Add(5 * time.Second)
-	for {
-		var now Checkpoint
-		b.call(t, "GET", fmt.Sprintf("/v1/jobs/j/checkpoints/%d", first.Id), "", "").ok(t, 200, &now)
-		if now.Participants[0].Vote != nil {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("a's vote not recorded while it waits: %+v", now.Participants[0])
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-	select {
-	case a := <-done:
-		t.Fatalf("the waiting vote answered before anything happened: %d %s", a.status, a.body)
-	case <-time.After(200 * time.Millisecond):
-	}
+	done := waitingVote(t, b, "j", first.Id, `{"epoch":1,"vote":"prepared"}`)
 	b.call(t, "POST", "/v1/jobs/j/checkpoints", "", "").ok(t, 201, nil)
 	var got Checkpoint
 	select {

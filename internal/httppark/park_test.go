@@ -15,11 +15,7 @@ import (
 // and what is handed back is closed.
 func TestListenerAcceptsWhatIsHandedBack(t *testing.T) {
 	t.Parallel()
-	inner, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	l := NewListener(inner)
+	l := newListener(t)
 	client, err := net.Dial("tcp", l.Addr().String())
 	if err != nil {
 		t.Fatal(err)
@@ -57,12 +53,7 @@ func TestListenerAcceptsWhatIsHandedBack(t *testing.T) {
 // handed back, even one already on its way to Accept, and answers say Connection: close.
 func TestDrainedListenerClosesWhatIsHandedBack(t *testing.T) {
 	t.Parallel()
-	inner, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	l := NewListener(inner)
-	defer l.Close()
+	l := newListener(t)
 	dial := func() (client, server net.Conn) {
 		t.Helper()
 		client, err := net.Dial("tcp", l.Addr().String())
@@ -120,15 +111,22 @@ func TestDrainedListenerClosesWhatIsHandedBack(t *testing.T) {
 	got.conn.Close()
 }
 
-// Wait waits for every Hold to be released.
-func TestListenerWaitsForWhatItHolds(t *testing.T) {
-	t.Parallel()
+// newListener is a Listener on a loopback port, closed when the test ends.
+func newListener(t *testing.T) *Listener {
+	t.Helper()
 	inner, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
 	l := NewListener(inner)
-	defer l.Close()
+	t.Cleanup(func() { l.Close() })
+	return l
+}
+
+// Wait waits for every Hold to be released.
+func TestListenerWaitsForWhatItHolds(t *testing.T) {
+	t.Parallel()
+	l := newListener(t)
 	if err := l.Wait(context.Background()); err != nil {
 		t.Fatalf("Wait with nothing held: %v", err)
 	}

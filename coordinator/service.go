@@ -498,6 +498,7 @@ func (s *Service) awaitDecision(ctx context.Context, job string, id int64, wait 
 	if voter != nil {
 		jobChanged = voter.sub.Done()
 	}
+recheck:
 	for first := true; ; first = false {
 		// Subscribe before reading, so that a decision after the read wakes us. A wake-up
 		// may be spurious (a store that lost its notifications wakes every waiter), so the
@@ -511,37 +512,38 @@ func (s *Service) awaitDecision(ctx context.Context, job string, id int64, wait 
 				return cp, err
 			}
 		}
-	wait:
-		select {
-		case <-sub.Done():
-			sub.Cancel()
-			// Decided in this process: the checkpoint as it committed, without a read.
-			if cp := sub.Decided(); cp != nil && cp.Status != StatusPreparing {
-				return cp, nil
-			}
-		case <-jobChanged:
-			// Its own decision wakes the job's waiters too (first, in some stores): a store
-			// that knows it answers without a read. Otherwise the wait ends if the voter
-			// owes something now, and goes on, subscribed again first, if not.
-			if decided := s.knownDecided(job, id); decided != nil {
+		for {
+			select {
+			case <-sub.Done():
 				sub.Cancel()
-				return decided, nil
-			}
-			if owes, err := voter.owes(ctx, s); err != nil || owes {
+				// Decided in this process: the checkpoint as it committed, without a read.
+				if cp := sub.Decided(); cp != nil && cp.Status != StatusPreparing {
+					return cp, nil
+				}
+				continue recheck
+			case <-jobChanged:
+				// Its own decision wakes the job's waiters too (first, in some stores): a
+				// store that knows it answers without a read. Otherwise the wait ends if
+				// the voter owes something now, and goes on, subscribed again, if not.
+				if decided := s.knownDecided(job, id); decided != nil {
+					sub.Cancel()
+					return decided, nil
+				}
+				if owes, err := voter.owes(ctx, s); err != nil || owes {
+					sub.Cancel()
+					return s.readCheckpoint(ctx, job, id)
+				}
+				jobChanged = voter.sub.Done()
+			case <-timer.C:
 				sub.Cancel()
 				return s.readCheckpoint(ctx, job, id)
+			case <-s.closing:
+				sub.Cancel()
+				return s.readCheckpoint(ctx, job, id)
+			case <-ctx.Done():
+				sub.Cancel()
+				return nil, ctx.Err()
 			}
-			jobChanged = voter.sub.Done()
-			goto wait
-		case <-timer.C:
-			sub.Cancel()
-			return s.readCheckpoint(ctx, job, id)
-		case <-s.closing:
-			sub.Cancel()
-			return s.readCheckpoint(ctx, job, id)
-		case <-ctx.Done():
-			sub.Cancel()
-			return nil, ctx.Err()
 		}
 	}
 }
@@ -632,10 +634,10 @@ func (s *Service) Vote(ctx context.Context, job string, id int64, participant st
 // vote, a wait of up to wait for its decision: the voter learns the decision from its vote
 // instead of asking again. The wait also ends, with the checkpoint still preparing, once
 // the voter owes anything else (a vote on a newer checkpoint, in a job that holds several
-// preparing at once) or was registered again: pending tells it what. wait is checked before the
-// vote; the vote is recorded whatever
-// becomes of the wait, and when the wait cannot tell (the request ends, the store cannot be
-// read), the answer is the checkpoint as the vote left it.
+// preparing at once) or was registered again: pending tells it what. wait is checked
+// before the vote; the vote is recorded whatever becomes of the wait, and when the wait
+// cannot tell (the request ends, the store cannot be read), the answer is the checkpoint
+// as the vote left it.
 func (s *Service) VoteAndWait(ctx context.Context, job string, id int64, participant string, v Vote, wait time.Duration) (*Checkpoint, error) {
 	if err := validateWait(wait); err != nil {
 		return nil, err

@@ -18,12 +18,7 @@ import (
 // ends at its wait_ms, or at once when something is owed or the coordinator shuts down.
 func TestPendingWaitAcrossCoordinators(t *testing.T) {
 	t.Parallel()
-	url := pgtest.URL(t)
-	waiter, waiterSvc := coordinatorOn(t, url)
-	other, _ := coordinatorOn(t, url)
-	other.send(t, "", "PUT", "/v1/jobs/j", `{"participants":["a","b"]}`)
-	other.send(t, "", "POST", "/v1/jobs/j/participants/a/register", "")
-	other.send(t, "", "POST", "/v1/jobs/j/participants/b/register", "")
+	waiter, waiterSvc, other := sharingJobJ(t)
 
 	poll := func(wait string) <-chan timed[Pending] {
 		return sendTimed[Pending](t, waiter, "GET", "/v1/jobs/j/participants/a/pending?wait_ms="+wait, "")
@@ -92,6 +87,20 @@ func TestPendingWaitAcrossCoordinators(t *testing.T) {
 
 // coordinatorOn serves a coordinator on the PostgreSQL database at url as a process of its
 // own would: its own store, service and HTTP server.
+// sharingJobJ serves two coordinators on one new database: the waiter (with its service)
+// and the other, through which job j of participants a and b is created and both are
+// registered (epoch 1).
+func sharingJobJ(t *testing.T) (waiter *authBundle, waiterSvc *coordinator.Service, other *authBundle) {
+	t.Helper()
+	url := pgtest.URL(t)
+	waiter, waiterSvc = coordinatorOn(t, url)
+	other, _ = coordinatorOn(t, url)
+	other.send(t, "", "PUT", "/v1/jobs/j", `{"participants":["a","b"]}`)
+	other.send(t, "", "POST", "/v1/jobs/j/participants/a/register", "")
+	other.send(t, "", "POST", "/v1/jobs/j/participants/b/register", "")
+	return waiter, waiterSvc, other
+}
+
 func coordinatorOn(t *testing.T, url string) (*authBundle, *coordinator.Service) {
 	t.Helper()
 	store, err := postgres.Open(context.Background(), url, postgres.Options{})

@@ -5,8 +5,6 @@ import (
 	"fmt"
 	"testing"
 	"time"
-
-	"github.com/twophase/coordinator/store/pgtest"
 )
 
 func TestVoteWaitsForTheDecision(t *testing.T) { onEachStore(t, testVoteWaitsForTheDecision) }
@@ -22,12 +20,7 @@ func testVoteWaitsForTheDecision(t *testing.T) {
 	done := waitingVote(t, b, "j", cp.Id, `{"epoch":1,"vote":"prepared","committables":["t1"]}`)
 	b.json(t, "PUT", votePathOf("j", cp.Id, "b"), `{"epoch":1,"vote":"prepared"}`).ok(t, 200, nil)
 	var got Checkpoint
-	select {
-	case a := <-done:
-		a.ok(t, 200, &got)
-	case <-time.After(5 * time.Second):
-		t.Fatal("the waiting vote was not answered after the decision")
-	}
+	within(t, "the waiting vote, after the decision", done, 5*time.Second).ok(t, 200, &got)
 	if got.Status != Committing {
 		t.Fatalf("the waiting vote answered %s, want committing", got.Status)
 	}
@@ -75,12 +68,7 @@ func testVoteWaitEndsWhenANewerCheckpointOpens(t *testing.T) {
 	done := waitingVote(t, b, "j", first.Id, `{"epoch":1,"vote":"prepared"}`)
 	b.call(t, "POST", "/v1/jobs/j/checkpoints", "", "").ok(t, 201, nil)
 	var got Checkpoint
-	select {
-	case a := <-done:
-		a.ok(t, 200, &got)
-	case <-time.After(5 * time.Second):
-		t.Fatal("the waiting vote was not answered when a newer checkpoint opened")
-	}
+	within(t, "the waiting vote, when a newer checkpoint opened", done, 5*time.Second).ok(t, 200, &got)
 	if got.Id != first.Id || got.Status != Preparing {
 		t.Fatalf("the waiting vote answered checkpoint %d %s, want %d preparing", got.Id, got.Status, first.Id)
 	}
@@ -100,12 +88,7 @@ func testVoteWaitEndsWhenANewerCheckpointOpens(t *testing.T) {
 // ends at its wait_ms or at shutdown, and is checked before the vote is recorded.
 func TestVoteWaitAcrossCoordinators(t *testing.T) {
 	t.Parallel()
-	url := pgtest.URL(t)
-	waiter, waiterSvc := coordinatorOn(t, url)
-	other, _ := coordinatorOn(t, url)
-	other.send(t, "", "PUT", "/v1/jobs/j", `{"participants":["a","b"]}`)
-	other.send(t, "", "POST", "/v1/jobs/j/participants/a/register", "")
-	other.send(t, "", "POST", "/v1/jobs/j/participants/b/register", "")
+	waiter, waiterSvc, other := sharingJobJ(t)
 
 	open := func() int64 {
 		r := other.send(t, "", "POST", "/v1/jobs/j/checkpoints", "")

@@ -45,6 +45,22 @@ func (c *idleCounter) wrap(next http.Handler) http.Handler {
 	})
 }
 
+// waitFor returns the first request seen for which f is true, waiting for one up to 10 s
+// (then the test fails, naming what it waited for).
+func (c *idleCounter) waitFor(t *testing.T, what string, f func(idleRequest) bool) idleRequest {
+	t.Helper()
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(2 * time.Millisecond) {
+		for _, req := range c.requests() {
+			if f(req) {
+				return req
+			}
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s: not within 10 s; requests: %+v", what, c.requests())
+		}
+	}
+}
+
 // requests returns a copy of what was seen so far.
 func (c *idleCounter) requests() []idleRequest {
 	c.mu.Lock()
@@ -284,24 +300,11 @@ func TestRunnerVotesOnANewerCheckpointWhileItsVoteWaits(t *testing.T) {
 	path := func(kind string, id int64) string {
 		return "/v1/jobs/decide/checkpoints/" + strconv.FormatInt(id, 10) + "/" + kind + "/a"
 	}
-	waitFor := func(what string, f func(idleRequest) bool) idleRequest {
-		t.Helper()
-		for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(2 * time.Millisecond) {
-			for _, req := range counter.requests() {
-				if f(req) {
-					return req
-				}
-			}
-			if time.Now().After(deadline) {
-				t.Fatalf("%s: not within 10 s; requests: %+v", what, counter.requests())
-			}
-		}
-	}
 	first, err := coord.OpenCheckpoint(ctx, "decide", "", 0)
 	if err != nil {
 		t.Fatalf("open: %v", err)
 	}
-	vote1 := waitFor("the Runner's vote on the first checkpoint, held for 100 ms", func(req idleRequest) bool {
+	vote1 := counter.waitFor(t, "the Runner's vote on the first checkpoint, held for 100 ms", func(req idleRequest) bool {
 		return req.method == "PUT" && req.path == path("votes", first.Id) && strings.Contains(req.query, "wait_ms=") &&
 			req.ended.IsZero() && time.Since(req.started) > 100*time.Millisecond
 	})
@@ -311,10 +314,10 @@ func TestRunnerVotesOnANewerCheckpointWhileItsVoteWaits(t *testing.T) {
 		t.Fatalf("open the second: %v", err)
 	}
 	// Before b votes on the first: the Runner does not wait for that decision.
-	waitFor("the Runner's vote on the second checkpoint", func(req idleRequest) bool {
+	counter.waitFor(t, "the Runner's vote on the second checkpoint", func(req idleRequest) bool {
 		return req.method == "PUT" && req.path == path("votes", second.Id)
 	})
-	vote1 = waitFor("the first vote's answer", func(req idleRequest) bool { return req.started.Equal(vote1.started) && !req.ended.IsZero() })
+	vote1 = counter.waitFor(t, "the first vote's answer", func(req idleRequest) bool { return req.started.Equal(vote1.started) && !req.ended.IsZero() })
 	var answer cc.Checkpoint
 	if err := json.Unmarshal(vote1.body, &answer); err != nil {
 		t.Fatalf("the first vote's answer %s: %v", vote1.body, err)
@@ -329,8 +332,8 @@ func TestRunnerVotesOnANewerCheckpointWhileItsVoteWaits(t *testing.T) {
 			t.Fatalf("vote b on %d: %v", id, err)
 		}
 	}
-	ack1 := waitFor("the Runner's ack of the first", func(req idleRequest) bool { return req.path == path("acks", first.Id) && !req.ended.IsZero() })
-	ack2 := waitFor("the Runner's ack of the second", func(req idleRequest) bool { return req.path == path("acks", second.Id) && !req.ended.IsZero() })
+	ack1 := counter.waitFor(t, "the Runner's ack of the first", func(req idleRequest) bool { return req.path == path("acks", first.Id) && !req.ended.IsZero() })
+	ack2 := counter.waitFor(t, "the Runner's ack of the second", func(req idleRequest) bool { return req.path == path("acks", second.Id) && !req.ended.IsZero() })
 	if ack2.started.Before(ack1.ended) {
 		t.Errorf("the Runner acked the second checkpoint at %s, before the first's ack ended at %s: want checkpoint order",
 			ack2.started.Format(time.StampMicro), ack1.ended.Format(time.StampMicro))
@@ -400,21 +403,8 @@ func testRunnerLearnsTheDecisionFromItsVote(t *testing.T, other cc.VoteKind, wan
 	}
 	votePath := "/v1/jobs/one/checkpoints/" + strconv.FormatInt(cp.Id, 10) + "/votes/a"
 	ackPath := "/v1/jobs/one/checkpoints/" + strconv.FormatInt(cp.Id, 10) + "/acks/a"
-	waitFor := func(what string, f func(idleRequest) bool) idleRequest {
-		t.Helper()
-		for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(2 * time.Millisecond) {
-			for _, req := range counter.requests() {
-				if f(req) {
-					return req
-				}
-			}
-			if time.Now().After(deadline) {
-				t.Fatalf("%s: not within 10 s; requests: %+v", what, counter.requests())
-			}
-		}
-	}
 	// The Runner's vote, held for 50 ms: then b votes.
-	held := waitFor("the Runner's vote, held", func(req idleRequest) bool {
+	held := counter.waitFor(t, "the Runner's vote, held", func(req idleRequest) bool {
 		return req.method == "PUT" && req.path == votePath && req.ended.IsZero() && time.Since(req.started) > 50*time.Millisecond
 	})
 	if !strings.Contains(held.query, "wait_ms=10000") {
@@ -432,7 +422,7 @@ func testRunnerLearnsTheDecisionFromItsVote(t *testing.T, other cc.VoteKind, wan
 	if _, err := coord.Vote(ctx, "one", cp.Id, "b", vote); err != nil {
 		t.Fatalf("vote b: %v", err)
 	}
-	ack := waitFor("the Runner's ack", func(req idleRequest) bool { return req.method == "PUT" && req.path == ackPath && !req.ended.IsZero() })
+	ack := counter.waitFor(t, "the Runner's ack", func(req idleRequest) bool { return req.method == "PUT" && req.path == ackPath && !req.ended.IsZero() })
 	var voted idleRequest
 	var between []idleRequest
 	for _, req := range counter.requests() {

@@ -529,6 +529,8 @@ recheck:
 					sub.Cancel()
 					return decided, nil
 				}
+				voter.sub.Cancel()
+				voter.sub = s.store.Subscribe(job, AnyCheckpoint)
 				if owes, err := voter.owes(ctx, s); err != nil || owes {
 					sub.Cancel()
 					return s.readCheckpoint(ctx, job, id)
@@ -552,20 +554,18 @@ recheck:
 // checkpoint's decision, once the voter owes anything on the job, as pending would list it
 // (a vote on a newer checkpoint, in a job that holds several preparing at once), or its
 // epoch has moved on. sub is subscribed to the job's changes (AnyCheckpoint) and woken by
-// each of them; owes subscribes it again.
+// each of them, then subscribed again before the voter's debts are looked at.
 type voterWait struct {
 	job, participant string
 	epoch            int64
 	sub              *Subscription
 }
 
-// owes reports whether the voter owes anything now, subscribing w.sub again first, so that
-// a change after the look wakes the wait. Most wakes of a job's waiters are news of other
-// participants or of the voter's own checkpoint: a store that knows the voter owes
-// nothing answers without a read.
+// owes reports whether the voter owes anything now; w.sub must be subscribed before the
+// call, so that a change after the look wakes the wait. Most wakes of a job's waiters are
+// news of other participants or of the voter's own checkpoint: a store that knows the
+// voter owes nothing answers without a read.
 func (w *voterWait) owes(ctx context.Context, s *Service) (bool, error) {
-	w.sub.Cancel()
-	w.sub = s.store.Subscribe(w.job, AnyCheckpoint)
 	owingKnower, _ := s.store.(OwingKnower)
 	if knownOwing(owingKnower, w.job, w.participant, w.epoch) != nil {
 		return false, nil

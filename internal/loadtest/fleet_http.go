@@ -129,12 +129,22 @@ func (t *countingTransport) RoundTrip(r *http.Request) (*http.Response, error) {
 		t.note(reqKindNames[kind]+" transport", err.Error())
 	case resp.StatusCode < 200 || resp.StatusCode > 299:
 		t.failed[kind].Add(1)
-		t.noteAnswer(reqKindNames[kind]+" "+strconv.Itoa(resp.StatusCode), r, resp)
+		key := reqKindNames[kind] + " " + strconv.Itoa(resp.StatusCode)
+		if r.Context().Err() != nil {
+			// Counted apart: an answer that came once the caller had given up (the end of
+			// the run) is not one a Trigger or a Runner acted on.
+			key += afterGivingUp
+		}
+		t.noteAnswer(key, r, resp)
 	default:
 		t.ok[kind].Add(1)
 	}
 	return resp, err
 }
+
+// afterGivingUp ends the key of a failed answer that arrived after its request's context
+// had ended.
+const afterGivingUp = " after the caller gave up"
 
 // note counts one failure under key, and keeps example as the key's example if it is the
 // first; first says so.

@@ -2,6 +2,7 @@ package loadtest
 
 import (
 	"bytes"
+	"context"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -47,3 +48,34 @@ func TestCountingTransportKeepsTheStartOfAFailedAnswer(t *testing.T) {
 		t.Errorf("example of %d bytes: want the body cut at %d", len(example), exampleBodyBytes)
 	}
 }
+
+// TestCountingTransportTellsAnswersAfterTheCallerGaveUp: a failed answer that arrives once
+// its request's context has ended is counted under a key of its own.
+func TestCountingTransportTellsAnswersAfterTheCallerGaveUp(t *testing.T) {
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.WriteHeader(http.StatusBadRequest)
+	}))
+	defer srv.Close()
+	tr := newCountingTransport(2, false, false)
+	for _, ctx := range []context.Context{context.Background(), endedContext{context.Background()}} {
+		req, err := http.NewRequestWithContext(ctx, http.MethodPost, srv.URL+"/v1/jobs/j/checkpoints", nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp, err := tr.RoundTrip(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		_ = resp.Body.Close()
+	}
+	c := tr.snapshot()
+	if c.statuses["open_checkpoint 400"] != 1 || c.statuses["open_checkpoint 400"+afterGivingUp] != 1 {
+		t.Errorf("counts %v: want one 400 counted plainly and one after the caller gave up", c.statuses)
+	}
+}
+
+// endedContext reports itself ended (Err) without its Done channel closing: the answer
+// still reaches the caller, as one that raced the caller's giving up does.
+type endedContext struct{ context.Context }
+
+func (endedContext) Err() error { return context.Canceled }

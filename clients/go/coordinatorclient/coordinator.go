@@ -8,6 +8,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"math/rand/v2"
 	"net/http"
@@ -436,13 +437,73 @@ func (c *Coordinator) VoteAndWait(ctx context.Context, job string, id int64, par
 	return out, err
 }
 
+// voteStatus is VoteAndWait for the Runner, which needs only the checkpoint's status from
+// a successful vote's answer: the rest of the answer is read but not decoded. Refusals
+// are decoded as VoteAndWait's are (ErrAlreadyDecided carries the checkpoint).
+func (c *Coordinator) voteStatus(ctx context.Context, job string, id int64, participant string, v VoteRequest, wait time.Duration) (CheckpointStatus, error) {
+	params := PutVoteParams{Prefer: c.prefer()}
+	wait = min(wait, time.Minute)
+	if wait > 0 {
+		ms := wait.Milliseconds()
+		params.WaitMs = &ms
+	}
+	var status CheckpointStatus
+	err := c.do(ctx, fmt.Sprintf("vote %s %s/%d/%s", v.Vote, job, id, participant), wait, func(ctx context.Context) (outcome, error) {
+		resp, err := c.client.PutVote(ctx, job, id, participant, &params, v)
+		if err != nil {
+			return outcome{}, err
+		}
+		if resp.StatusCode == http.StatusOK && strings.Contains(resp.Header.Get("Content-Type"), "json") {
+			defer func() { _ = resp.Body.Close() }()
+			var answer struct {
+				Status CheckpointStatus `json:"status"`
+			}
+			if err := json.NewDecoder(resp.Body).Decode(&answer); err != nil {
+				return outcome{}, err
+			}
+			if _, err := io.Copy(io.Discard, resp.Body); err != nil {
+				return outcome{}, err
+			}
+			status = answer.Status
+			return outcome{resp, nil, status != ""}, nil
+		}
+		r, err := ParsePutVoteResponse(resp)
+		if err != nil {
+			return outcome{}, err
+		}
+		return outcome{r.HTTPResponse, r.ApplicationproblemJSONDefault, false}, nil
+	})
+	return status, err
+}
+
 // Ack tells the coordinator that participant applied the checkpoint's decision, and
 // returns the checkpoint after it (minimal, as Vote's). It returns ErrFenced when epoch is
 // no longer current and ErrNotDecided while the checkpoint is preparing.
 func (c *Coordinator) Ack(ctx context.Context, job string, id int64, participant string, epoch int64) (*Checkpoint, error) {
+	return c.ack(ctx, job, id, participant, epoch, true)
+}
+
+// ack is Ack; with keep false the answer of a successful ack is read but not decoded, and
+// the checkpoint returned is nil: the Runner, which acks a decision it applied, has no use
+// for it.
+func (c *Coordinator) ack(ctx context.Context, job string, id int64, participant string, epoch int64, keep bool) (*Checkpoint, error) {
 	var out *Checkpoint
+	params := &PutAckParams{Prefer: c.prefer()}
+	body := AckRequest{Epoch: epoch}
 	err := c.do(ctx, fmt.Sprintf("ack %s/%d/%s", job, id, participant), 0, func(ctx context.Context) (outcome, error) {
-		r, err := c.client.PutAckWithResponse(ctx, job, id, participant, &PutAckParams{Prefer: c.prefer()}, AckRequest{Epoch: epoch})
+		resp, err := c.client.PutAck(ctx, job, id, participant, params, body)
+		if err != nil {
+			return outcome{}, err
+		}
+		if !keep && resp.StatusCode == http.StatusOK && strings.Contains(resp.Header.Get("Content-Type"), "json") {
+			_, err := io.Copy(io.Discard, resp.Body)
+			_ = resp.Body.Close()
+			if err != nil {
+				return outcome{}, err
+			}
+			return outcome{resp, nil, true}, nil
+		}
+		r, err := ParsePutAckResponse(resp)
 		if err != nil {
 			return outcome{}, err
 		}

@@ -291,7 +291,7 @@ func (r *Runner[C]) prepareAndVote(ctx context.Context, id int64) error {
 	// The vote waits for the decision, so that no request of its own is needed to learn
 	// it; the coordinator ends the wait as soon as this participant owes anything else (a
 	// checkpoint opened meanwhile, in a job that holds several preparing at once).
-	cp, err := r.coord.VoteAndWait(ctx, r.job, id, r.name, VoteRequest{Epoch: r.Epoch(), Vote: VoteKindPrepared, Committables: &msg}, r.opts.LongPoll)
+	status, err := r.coord.voteStatus(ctx, r.job, id, r.name, VoteRequest{Epoch: r.Epoch(), Vote: VoteKindPrepared, Committables: &msg}, r.opts.LongPoll)
 	if errors.Is(err, ErrAlreadyDecided) {
 		var apiErr *APIError
 		if errors.As(err, &apiErr) && r.votedPrepared(apiErr.Checkpoint()) {
@@ -313,8 +313,8 @@ func (r *Runner[C]) prepareAndVote(ctx context.Context, id int64) error {
 		// finds them.
 		return err
 	}
-	r.log.Debug("voted prepared", "checkpoint", id, "status", cp.Status)
-	switch cp.Status {
+	r.log.Debug("voted prepared", "checkpoint", id, "status", status)
+	switch status {
 	case Committing, Committed:
 		if _, lower := r.lowestInDoubt(); !lower {
 			// The last voter, or one whose vote waited, learns the decision from its
@@ -379,7 +379,7 @@ func (r *Runner[C]) finish(ctx context.Context, id int64, commit bool, committab
 	if err := r.retryParticipant(ctx, id, what, func() error { return apply(ctx, id, committables) }); err != nil {
 		return err
 	}
-	_, err := r.coord.Ack(ctx, r.job, id, r.name, r.Epoch())
+	_, err := r.coord.ack(ctx, r.job, id, r.name, r.Epoch(), false)
 	if errors.Is(err, ErrNotFound) {
 		r.log.Warn("ack: checkpoint gone", "checkpoint", id)
 		err = nil

@@ -419,12 +419,7 @@ func (c *Coordinator) Vote(ctx context.Context, job string, id int64, participan
 // still preparing when wait ended. The vote is recorded before the wait. For jobs that
 // hold one checkpoint open at a time: a checkpoint opened meanwhile does not end the wait.
 func (c *Coordinator) VoteAndWait(ctx context.Context, job string, id int64, participant string, v VoteRequest, wait time.Duration) (*Checkpoint, error) {
-	params := PutVoteParams{Prefer: c.prefer()}
-	wait = min(wait, time.Minute)
-	if wait > 0 {
-		ms := wait.Milliseconds()
-		params.WaitMs = &ms
-	}
+	params, wait := c.voteParams(wait)
 	var out *Checkpoint
 	err := c.do(ctx, fmt.Sprintf("vote %s %s/%d/%s", v.Vote, job, id, participant), wait, func(ctx context.Context) (outcome, error) {
 		r, err := c.client.PutVoteWithResponse(ctx, job, id, participant, &params, v)
@@ -437,16 +432,22 @@ func (c *Coordinator) VoteAndWait(ctx context.Context, job string, id int64, par
 	return out, err
 }
 
-// voteStatus is VoteAndWait for the Runner, which needs only the checkpoint's status from
-// a successful vote's answer: the rest of the answer is read but not decoded. Refusals
-// are decoded as VoteAndWait's are (ErrAlreadyDecided carries the checkpoint).
-func (c *Coordinator) voteStatus(ctx context.Context, job string, id int64, participant string, v VoteRequest, wait time.Duration) (CheckpointStatus, error) {
+// voteParams are a vote's parameters, with its wait (at most a minute).
+func (c *Coordinator) voteParams(wait time.Duration) (PutVoteParams, time.Duration) {
 	params := PutVoteParams{Prefer: c.prefer()}
 	wait = min(wait, time.Minute)
 	if wait > 0 {
 		ms := wait.Milliseconds()
 		params.WaitMs = &ms
 	}
+	return params, wait
+}
+
+// voteStatus is VoteAndWait for the Runner, which needs only the checkpoint's status from
+// a successful vote's answer: the rest of the answer is read but not decoded. Refusals
+// are decoded as VoteAndWait's are (ErrAlreadyDecided carries the checkpoint).
+func (c *Coordinator) voteStatus(ctx context.Context, job string, id int64, participant string, v VoteRequest, wait time.Duration) (CheckpointStatus, error) {
+	params, wait := c.voteParams(wait)
 	var status CheckpointStatus
 	err := c.do(ctx, fmt.Sprintf("vote %s %s/%d/%s", v.Vote, job, id, participant), wait, func(ctx context.Context) (outcome, error) {
 		resp, err := c.client.PutVote(ctx, job, id, participant, &params, v)

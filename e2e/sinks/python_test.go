@@ -20,6 +20,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -52,6 +53,154 @@ func TestPythonParticipantTLSAndToken(t *testing.T) {
 	const token = "ctk_py-sink.s3cret"
 	coord, url, caFile := tlsTokenCoordinatorFor(t, token)
 	runPythonParticipant(t, coord, url, []string{"--ca-file", caFile}, 1000, 1, "PYSINK_TOKEN="+token)
+}
+
+// When another participant votes after it, the Python participant learns the decision from
+// its own vote: its prepared vote waits for the decision (wait_ms), and it commits and acks
+// without asking pending in between.
+func TestPythonParticipantLearnsTheDecisionFromItsVote(t *testing.T) {
+	t.Parallel()
+	python, err := exec.LookPath("python3")
+	if err != nil {
+		t.Fatalf("python3 is required for the Python participant's test: %v", err)
+	}
+	script, err := filepath.Abs("python/pysink.py")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var seen pySinkRequests
+	coord, url := coordinatorWrapped(t, seen.record)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	if _, err := coord.PutJob(ctx, "pyv", cc.JobConfig{Participants: []string{"source", "py-sink", "late"}, CheckpointTimeoutMs: ptr(int64(10000))}); err != nil {
+		t.Fatal(err)
+	}
+	sockDir, err := os.MkdirTemp("", "py-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer os.RemoveAll(sockDir)
+	socket := filepath.Join(sockDir, "s")
+	ln, err := net.Listen("unix", socket)
+	if err != nil {
+		t.Fatal(err)
+	}
+	const total = 600
+	src := &pipeline.Source{Coordinator: coord, Job: "pyv", Name: "source", Sinks: []string{"py-sink"}, Total: total, Rate: 1000, Listener: ln,
+		Logger: slog.New(slog.DiscardHandler)}
+	errs := make(chan error, 4)
+	go func() { errs <- src.Run(ctx) }()
+	go func() {
+		errs <- cc.NewRunner(coord, "pyv", "source", cc.Participant[pipeline.Position](src), cc.RunnerOptions{}).Run(ctx)
+	}()
+	// "late" votes well after the Python participant has written its file and voted.
+	go func() {
+		errs <- cc.NewRunner(coord, "pyv", "late", cc.Participant[string](slowPreparer{500 * time.Millisecond}), cc.RunnerOptions{}).Run(ctx)
+	}()
+	trig := &cc.Trigger{Coordinator: coord, Job: "pyv", Interval: 100 * time.Millisecond}
+	go func() { errs <- trig.Run(ctx) }()
+	dir := t.TempDir()
+	py := &pipeline.Process{Name: "pysink", Command: func() *exec.Cmd {
+		return exec.Command(python, "-B", script, "--coordinator", url, "--job", "pyv", "--name", "py-sink", "--socket", socket, "--dir", dir)
+	}}
+	if err := py.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer py.Kill()
+	deadline := time.Now().Add(60 * time.Second)
+	for {
+		_, pos, err := cc.RestorePoint[pipeline.Position](ctx, coord, "pyv", "source")
+		if err == nil && len(pos) > 0 && pos[0].Next == total+1 {
+			if open, err := coord.Checkpoints(ctx, "pyv", cc.Committing); err == nil && len(open) == 0 {
+				break
+			}
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("not done; pysink output:\n%s", py.Output())
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	cancel()
+	for range 4 {
+		<-errs
+	}
+	py.Kill()
+
+	reqs := seen.list()
+	waited := 0
+	for i, r := range reqs {
+		if r.method != http.MethodPut || !strings.Contains(r.path, "/votes/") || !strings.Contains(r.query, "wait_ms=") ||
+			i+1 == len(reqs) { // the last request: the participant was stopped after it
+			continue
+		}
+		if r.took >= 200*time.Millisecond {
+			waited++ // held until "late" voted
+		}
+		ack := strings.Replace(r.path, "/votes/", "/acks/", 1)
+		if reqs[i+1].path != ack {
+			t.Errorf("after its vote %s (%v) the Python participant sent %+v; want the ack of that checkpoint", r.path, r.took, reqs[i+1])
+		}
+	}
+	if waited < 2 {
+		t.Errorf("%d of the Python participant's votes waited for the decision; want at least 2 (requests: %+v)", waited, reqs)
+	}
+	held, err := sinks.ReadFiles(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if msg := sinks.Check(held, total); msg != "" {
+		t.Error(msg)
+	}
+}
+
+// slowPreparer is a participant whose Prepare takes a while.
+type slowPreparer struct{ d time.Duration }
+
+func (p slowPreparer) Prepare(ctx context.Context, _ int64) ([]string, error) {
+	select {
+	case <-time.After(p.d):
+		return []string{"x"}, nil
+	case <-ctx.Done():
+		return nil, context.Cause(ctx)
+	}
+}
+func (slowPreparer) Commit(context.Context, int64, []string) error { return nil }
+func (slowPreparer) Abort(context.Context, int64, []string) error  { return nil }
+
+// pySinkRequests records the requests of the participant py-sink, in the order they
+// came (it sends one at a time).
+type pySinkRequests struct {
+	mu   sync.Mutex
+	reqs []pySinkRequest
+}
+
+type pySinkRequest struct {
+	method, path, query string
+	took                time.Duration
+}
+
+func (s *pySinkRequests) record(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if !strings.HasSuffix(r.URL.Path, "/py-sink") && !strings.Contains(r.URL.Path, "/py-sink/") {
+			next.ServeHTTP(w, r)
+			return
+		}
+		start := time.Now()
+		s.mu.Lock()
+		i := len(s.reqs)
+		s.reqs = append(s.reqs, pySinkRequest{method: r.Method, path: r.URL.Path, query: r.URL.RawQuery})
+		s.mu.Unlock()
+		next.ServeHTTP(w, r)
+		s.mu.Lock()
+		s.reqs[i].took = time.Since(start)
+		s.mu.Unlock()
+	})
+}
+
+func (s *pySinkRequests) list() []pySinkRequest {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return slices.Clone(s.reqs)
 }
 
 // runPythonParticipant runs python/pysink.py with args on the coordinator at url (coord

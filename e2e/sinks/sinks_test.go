@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"log/slog"
+	"net/http"
 	"net/http/httptest"
 	"os"
 	"sync/atomic"
@@ -28,6 +29,13 @@ func TestMain(m *testing.M) { os.Exit(harness.Run(m)) }
 // of its own in the test PostgreSQL, and returns a client of it.
 func coordinatorFor(t *testing.T) (*cc.Coordinator, string) {
 	t.Helper()
+	return coordinatorWrapped(t, nil)
+}
+
+// coordinatorWrapped is coordinatorFor with the API's handler wrapped by wrap (nil: not
+// wrapped).
+func coordinatorWrapped(t *testing.T, wrap func(http.Handler) http.Handler) (*cc.Coordinator, string) {
+	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	t.Cleanup(cancel)
 	store, err := postgres.Open(ctx, pgtest.URL(t), postgres.Options{})
@@ -37,7 +45,11 @@ func coordinatorFor(t *testing.T) (*cc.Coordinator, string) {
 	t.Cleanup(store.Close)
 	svc := coordinator.NewService(store, nil)
 	go svc.RunSweeper(ctx, 50*time.Millisecond)
-	srv := httptest.NewServer(api.NewHandler(svc, api.Options{Logger: slog.New(slog.DiscardHandler), RequestTimeout: time.Minute}))
+	handler := api.NewHandler(svc, api.Options{Logger: slog.New(slog.DiscardHandler), RequestTimeout: time.Minute})
+	if wrap != nil {
+		handler = wrap(handler)
+	}
+	srv := httptest.NewServer(handler)
 	t.Cleanup(srv.Close)
 	coord, err := cc.NewCoordinator(srv.URL, cc.Options{MinBackoff: 5 * time.Millisecond, MaxBackoff: 50 * time.Millisecond})
 	if err != nil {

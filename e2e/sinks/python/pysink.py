@@ -16,10 +16,12 @@ The protocol, by hand:
      which the coordinator holds while nothing is owed
        commit items: rename temp -> final (idempotent), fsync dir, PUT .../acks/<name>
        abort items:  remove temp, PUT .../acks/<name>
-       vote items:   wait for the barrier, write + fsync temp, PUT .../votes/<name>
-     the same long-poll waits for the decision on a vote in doubt (its commit or abort
-     becomes owed); only a commit held behind a lower undecided checkpoint long-polls
-     GET .../checkpoints/<lower>?wait_ms=... first
+       vote items:   wait for the barrier, write + fsync temp, PUT .../votes/<name>?wait_ms=...,
+                     which the coordinator holds until the checkpoint is decided (the
+                     decision is then applied and acked at once) or something else is owed
+     the same long-poll on pending waits for the decision on a vote still in doubt (its
+     commit or abort becomes owed); only a commit held behind a lower undecided checkpoint
+     long-polls GET .../checkpoints/<lower>?wait_ms=... first
 Transient failures (connection errors, 5xx, 503 with Retry-After) are retried with
 exponential backoff and jitter; 409 fenced stops the process.
 
@@ -142,9 +144,13 @@ class Coordinator:
         q = f"?participant={self.p(self.name)}" + (f"&wait_ms={wait_ms}" if wait_ms else "")
         return self.call("GET", f"/v1/jobs/{self.p(self.job)}/checkpoints/{cid}{q}", timeout=10 + wait_ms / 1000, minimal=True)
 
-    def vote(self, cid, epoch, body):
+    def vote(self, cid, epoch, body, wait_ms=0):
+        # With wait_ms, the answer comes once the checkpoint is decided, or still preparing
+        # when the wait ends or this participant owes anything else.
         body = dict(body, epoch=epoch)
-        return self.call("PUT", f"/v1/jobs/{self.p(self.job)}/checkpoints/{cid}/votes/{self.p(self.name)}", body, minimal=True)
+        q = f"?wait_ms={wait_ms}" if wait_ms else ""
+        return self.call("PUT", f"/v1/jobs/{self.p(self.job)}/checkpoints/{cid}/votes/{self.p(self.name)}{q}", body,
+                         timeout=10 + wait_ms / 1000, minimal=True)
 
     def ack(self, cid, epoch):
         return self.call("PUT", f"/v1/jobs/{self.p(self.job)}/checkpoints/{cid}/acks/{self.p(self.name)}", {"epoch": epoch},
@@ -228,10 +234,11 @@ def fsync_dir(d):
 
 
 class Sink:
-    def __init__(self, coord, inbox, directory):
+    def __init__(self, coord, inbox, directory, wait_ms=10000):
         self.c = coord
         self.inbox = inbox
         self.dir = directory
+        self.wait_ms = wait_ms  # the long-polls' wait, on pending and on a prepared vote
         self.epoch = 0
         self.in_doubt = set()
 
@@ -331,7 +338,7 @@ class Sink:
                 return
             body = {"vote": "prepared", "committables": committables}
         try:
-            cp = self.c.vote(cid, self.epoch, body)
+            cp = self.c.vote(cid, self.epoch, body, wait_ms=self.wait_ms if committables is not None else 0)
         except Problem as p:
             if p.code == "fenced":
                 raise Fenced() from None
@@ -346,10 +353,12 @@ class Sink:
             return
         if cp["status"] in ("committing", "committed") and not self.in_doubt:
             self.finish(cid, "commit", committables)
+        elif cp["status"] == "aborted":
+            self.finish(cid, "abort", committables)  # aborts keep no order
         else:
             self.in_doubt.add(cid)
 
-    def run(self, idle_wait_ms=10000):
+    def run(self):
         reg = self.c.register()
         self.epoch = reg["epoch"]
         log("registered", epoch=self.epoch, owed=len(reg["pending"]))
@@ -373,7 +382,7 @@ class Sink:
             # one in doubt alike (the decision makes its commit or abort owed). Only a commit
             # held back behind a lower undecided checkpoint waits for that one's decision:
             # pending would answer at once with the same commit.
-            wait = idle_wait_ms
+            wait = self.wait_ms
             if blocked:
                 self.c.checkpoint(min(self.in_doubt), wait_ms=5000)
                 wait = 0

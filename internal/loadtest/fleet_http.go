@@ -131,8 +131,8 @@ func (t *countingTransport) RoundTrip(r *http.Request) (*http.Response, error) {
 		t.failed[kind].Add(1)
 		key := reqKindNames[kind] + " " + strconv.Itoa(resp.StatusCode)
 		if r.Context().Err() != nil {
-			// Counted apart: an answer that came once the caller had given up (the end of
-			// the run) is not one a Trigger or a Runner acted on.
+			// Counted apart: an answer that came once the caller had given up (at the end
+			// of the run, or a Trigger's tick out of time) is not one it acted on.
 			key += afterGivingUp
 		}
 		t.noteAnswer(key, r, resp)

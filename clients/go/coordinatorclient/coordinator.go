@@ -454,15 +454,12 @@ func (c *Coordinator) voteStatus(ctx context.Context, job string, id int64, part
 		if err != nil {
 			return outcome{}, err
 		}
-		if resp.StatusCode == http.StatusOK && strings.Contains(resp.Header.Get("Content-Type"), "json") {
-			defer func() { _ = resp.Body.Close() }()
+		if jsonOK(resp) {
 			var answer struct {
 				Status CheckpointStatus `json:"status"`
 			}
-			if err := json.NewDecoder(resp.Body).Decode(&answer); err != nil {
-				return outcome{}, err
-			}
-			if _, err := io.Copy(io.Discard, resp.Body); err != nil {
+			err := json.NewDecoder(resp.Body).Decode(&answer)
+			if err = errors.Join(err, drain(resp.Body)); err != nil {
 				return outcome{}, err
 			}
 			status = answer.Status
@@ -475,6 +472,19 @@ func (c *Coordinator) voteStatus(ctx context.Context, job string, id int64, part
 		return outcome{r.HTTPResponse, r.ApplicationproblemJSONDefault, false}, nil
 	})
 	return status, err
+}
+
+// jsonOK reports whether resp is a 200 answer in JSON: a success whose body the Runner
+// reads itself, or not at all (drain), rather than through the generated parser.
+func jsonOK(resp *http.Response) bool {
+	return resp.StatusCode == http.StatusOK && strings.Contains(resp.Header.Get("Content-Type"), "json")
+}
+
+// drain reads the rest of body, so that its connection can carry the next request, and
+// closes it.
+func drain(body io.ReadCloser) error {
+	_, err := io.Copy(io.Discard, body)
+	return errors.Join(err, body.Close())
 }
 
 // Ack tells the coordinator that participant applied the checkpoint's decision, and
@@ -496,10 +506,8 @@ func (c *Coordinator) ack(ctx context.Context, job string, id int64, participant
 		if err != nil {
 			return outcome{}, err
 		}
-		if !keep && resp.StatusCode == http.StatusOK && strings.Contains(resp.Header.Get("Content-Type"), "json") {
-			_, err := io.Copy(io.Discard, resp.Body)
-			_ = resp.Body.Close()
-			if err != nil {
+		if !keep && jsonOK(resp) {
+			if err := drain(resp.Body); err != nil {
 				return outcome{}, err
 			}
 			return outcome{resp, nil, true}, nil

@@ -1,10 +1,16 @@
 package api
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
+	"log/slog"
+	"net/http/httptest"
+	"sync"
 	"testing"
 	"time"
+
+	"github.com/twophase/coordinator/coordinator"
 )
 
 func TestVoteWaitsForTheDecision(t *testing.T) { onEachStore(t, testVoteWaitsForTheDecision) }
@@ -226,4 +232,72 @@ func TestVoteWaitAcrossCoordinators(t *testing.T) {
 			t.Fatalf("after refused votes, %s's vote is %s; want none recorded", p.Name, *p.Vote)
 		}
 	}
+}
+
+// A vote whose checkpoint is decided between the vote and the look at what its voter
+// owes (the decision is then owed) answers the decision, not preparing: the voter learns
+// it from its vote.
+func TestVoteAnswersADecisionTakenDuringItsLook(t *testing.T) {
+	onEachStore(t, testVoteAnswersADecisionTakenDuringItsLook)
+}
+
+func testVoteAnswersADecisionTakenDuringItsLook(t *testing.T) {
+	// Only the store's own methods: the service reads what the voter owes and the
+	// checkpoint from the store, as it does when another coordinator changed the job.
+	st := &decidingOnLook{Store: testStore(t)}
+	svc := coordinator.NewService(st, nil)
+	srv := httptest.NewServer(NewHandler(svc, Options{Logger: slog.New(slog.DiscardHandler), RequestTimeout: time.Minute}))
+	t.Cleanup(srv.Close)
+	b := &bundle{url: srv.URL, store: st}
+	b.job(t, "j", `{"participants":["a","b"]}`, "a", "b")
+	var cp Checkpoint
+	b.call(t, "POST", "/v1/jobs/j/checkpoints", "", "").ok(t, 201, &cp)
+	st.arm(func(ctx context.Context) {
+		if _, err := svc.Vote(ctx, "j", cp.Id, "b", coordinator.Vote{Epoch: 1, Kind: coordinator.VotePrepared}); err != nil {
+			t.Errorf("b's vote: %v", err)
+		}
+	})
+	var got Checkpoint
+	b.json(t, "PUT", votePathOf("j", cp.Id, "a")+"?wait_ms=30000", `{"epoch":1,"vote":"prepared"}`).ok(t, 200, &got)
+	if !st.fired() {
+		t.Fatal("the store was never asked what a owes")
+	}
+	if got.Status != Committing {
+		t.Fatalf("a's vote answered %s; want committing (b's vote decided while a's look ran)", got.Status)
+	}
+}
+
+// decidingOnLook is a store that, once armed, runs a function (another participant's
+// vote) the first time it is asked what a job's participants owe, before answering.
+type decidingOnLook struct {
+	coordinator.Store
+	mu     sync.Mutex
+	before func(context.Context)
+	done   bool
+}
+
+func (s *decidingOnLook) arm(fn func(context.Context)) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.before = fn
+}
+
+func (s *decidingOnLook) fired() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.done
+}
+
+func (s *decidingOnLook) Owing(ctx context.Context, job, participant string) (*coordinator.Job, time.Time, []*coordinator.Checkpoint, error) {
+	s.mu.Lock()
+	fn := s.before
+	s.before = nil
+	s.mu.Unlock()
+	if fn != nil {
+		fn(ctx)
+		s.mu.Lock()
+		s.done = true
+		s.mu.Unlock()
+	}
+	return s.Store.Owing(ctx, job, participant)
 }

@@ -660,7 +660,19 @@ func (s *Service) VoteAndWait(ctx context.Context, job string, id int64, partici
 	}
 	// A voter that owes something already (a newer checkpoint opened before it voted)
 	// does not wait.
-	if owes, err := voter.owes(ctx, s); err != nil || owes {
+	owes, err := voter.owes(ctx, s)
+	if err != nil {
+		return cp, nil
+	}
+	if owes {
+		// What it owes may be this checkpoint's decision, taken since the look above: the
+		// answer is the checkpoint as it stands.
+		if decided := s.knownDecided(job, id); decided != nil {
+			return decided, nil
+		}
+		if now, err := s.readCheckpoint(ctx, job, id); err == nil {
+			return now, nil
+		}
 		return cp, nil
 	}
 	if decided, err := s.awaitDecision(ctx, job, id, wait, voter); err == nil {

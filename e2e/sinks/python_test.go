@@ -60,14 +60,7 @@ func TestPythonParticipantTLSAndToken(t *testing.T) {
 // without asking pending in between.
 func TestPythonParticipantLearnsTheDecisionFromItsVote(t *testing.T) {
 	t.Parallel()
-	python, err := exec.LookPath("python3")
-	if err != nil {
-		t.Fatalf("python3 is required for the Python participant's test: %v", err)
-	}
-	script, err := filepath.Abs("python/pysink.py")
-	if err != nil {
-		t.Fatal(err)
-	}
+	python, script := pythonSink(t)
 	var seen pySinkRequests
 	coord, url := coordinatorWrapped(t, seen.record)
 	ctx, cancel := context.WithCancel(context.Background())
@@ -75,16 +68,7 @@ func TestPythonParticipantLearnsTheDecisionFromItsVote(t *testing.T) {
 	if _, err := coord.PutJob(ctx, "pyv", cc.JobConfig{Participants: []string{"source", "py-sink", "late"}, CheckpointTimeoutMs: ptr(int64(10000))}); err != nil {
 		t.Fatal(err)
 	}
-	sockDir, err := os.MkdirTemp("", "py-")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer os.RemoveAll(sockDir)
-	socket := filepath.Join(sockDir, "s")
-	ln, err := net.Listen("unix", socket)
-	if err != nil {
-		t.Fatal(err)
-	}
+	socket, ln := sinkSocket(t)
 	const total = 600
 	src := &pipeline.Source{Coordinator: coord, Job: "pyv", Name: "source", Sinks: []string{"py-sink"}, Total: total, Rate: 1000, Listener: ln,
 		Logger: slog.New(slog.DiscardHandler)}
@@ -203,34 +187,50 @@ func (s *pySinkRequests) list() []pySinkRequest {
 	return slices.Clone(s.reqs)
 }
 
-// runPythonParticipant runs python/pysink.py with args on the coordinator at url (coord
-// being a client of it) until total events are committed, SIGKILLing it kills times on the
-// way, and checks that every event was committed exactly once.
-func runPythonParticipant(t *testing.T, coord *cc.Coordinator, url string, args []string, total int64, kills int64, env ...string) {
+// pythonSink returns the path of python3 and of python/pysink.py; a machine without
+// python3 fails the test, it does not skip it.
+func pythonSink(t *testing.T) (python, script string) {
 	t.Helper()
 	python, err := exec.LookPath("python3")
 	if err != nil {
 		t.Fatalf("python3 is required for the Python participant's test: %v", err)
 	}
-	script, err := filepath.Abs("python/pysink.py")
+	script, err = filepath.Abs("python/pysink.py")
 	if err != nil {
 		t.Fatal(err)
 	}
+	return python, script
+}
+
+// sinkSocket listens on a new unix socket, for the source to feed a sink through, removed
+// when the test ends (its directory is short-named: a socket's path is bounded).
+func sinkSocket(t *testing.T) (string, net.Listener) {
+	t.Helper()
+	dir, err := os.MkdirTemp("", "py-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = os.RemoveAll(dir) })
+	socket := filepath.Join(dir, "s")
+	ln, err := net.Listen("unix", socket)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return socket, ln
+}
+
+// runPythonParticipant runs python/pysink.py with args on the coordinator at url (coord
+// being a client of it) until total events are committed, SIGKILLing it kills times on the
+// way, and checks that every event was committed exactly once.
+func runPythonParticipant(t *testing.T, coord *cc.Coordinator, url string, args []string, total int64, kills int64, env ...string) {
+	t.Helper()
+	python, script := pythonSink(t)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	if _, err := coord.PutJob(ctx, "py", cc.JobConfig{Participants: []string{"source", "py-sink"}, CheckpointTimeoutMs: ptr(int64(5000))}); err != nil {
 		t.Fatal(err)
 	}
-	sockDir, err := os.MkdirTemp("", "py-")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer os.RemoveAll(sockDir)
-	socket := filepath.Join(sockDir, "s")
-	ln, err := net.Listen("unix", socket)
-	if err != nil {
-		t.Fatal(err)
-	}
+	socket, ln := sinkSocket(t)
 	var srcLog lockedBuffer
 	logger := slog.New(slog.NewTextHandler(&srcLog, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	src := &pipeline.Source{Coordinator: coord, Job: "py", Name: "source", Sinks: []string{"py-sink"}, Total: total, Rate: 1000, Listener: ln, Logger: logger}

@@ -512,6 +512,17 @@ recheck:
 				return cp, err
 			}
 		}
+		if first && voter != nil {
+			// A voter that owes something already (a newer checkpoint opened before it
+			// voted) does not wait.
+			if owes, err := voter.owes(ctx, s); err != nil || owes {
+				sub.Cancel()
+				if err != nil {
+					return nil, err
+				}
+				return s.asItStands(ctx, job, id)
+			}
+		}
 		for {
 			select {
 			case <-sub.Done():
@@ -533,7 +544,7 @@ recheck:
 				voter.sub = s.store.Subscribe(job, AnyCheckpoint)
 				if owes, err := voter.owes(ctx, s); err != nil || owes {
 					sub.Cancel()
-					return s.readCheckpoint(ctx, job, id)
+					return s.asItStands(ctx, job, id)
 				}
 				jobChanged = voter.sub.Done()
 			case <-timer.C:
@@ -576,6 +587,16 @@ func (w *voterWait) owes(ctx context.Context, s *Service) (bool, error) {
 	}
 	p, err := v.pending(w.participant)
 	return err != nil || len(p.Items) > 0 || p.Epoch != w.epoch, nil
+}
+
+// asItStands is checkpoint id as it stands, for a vote whose wait ends because its voter
+// owes something: that may be this checkpoint's own decision, taken while the voter's
+// debts were looked at, which the answer then tells.
+func (s *Service) asItStands(ctx context.Context, job string, id int64) (*Checkpoint, error) {
+	if decided := s.knownDecided(job, id); decided != nil {
+		return decided, nil
+	}
+	return s.readCheckpoint(ctx, job, id)
 }
 
 // knownDecided is the checkpoint as this process last committed it, if the store knows
@@ -657,23 +678,6 @@ func (s *Service) VoteAndWait(ctx context.Context, job string, id int64, partici
 	// The other votes come close behind this one: often one has decided already.
 	if decided := s.knownDecided(job, id); decided != nil {
 		return decided, nil
-	}
-	// A voter that owes something already (a newer checkpoint opened before it voted)
-	// does not wait.
-	owes, err := voter.owes(ctx, s)
-	if err != nil {
-		return cp, nil
-	}
-	if owes {
-		// What it owes may be this checkpoint's decision, taken since the look above: the
-		// answer is the checkpoint as it stands.
-		if decided := s.knownDecided(job, id); decided != nil {
-			return decided, nil
-		}
-		if now, err := s.readCheckpoint(ctx, job, id); err == nil {
-			return now, nil
-		}
-		return cp, nil
 	}
 	if decided, err := s.awaitDecision(ctx, job, id, wait, voter); err == nil {
 		return decided, nil

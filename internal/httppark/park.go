@@ -101,9 +101,7 @@ func (l *Listener) pump() {
 func (l *Listener) Close() error {
 	err := net.ErrClosed
 	l.stop.Do(func() {
-		l.mu.Lock()
-		l.closed = true
-		l.mu.Unlock()
+		l.Drain()
 		close(l.done)
 		err = l.inner.Close()
 	})

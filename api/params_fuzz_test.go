@@ -39,8 +39,8 @@ func (emptyStore) Stats(context.Context, bool) (*coordinator.Stats, error) {
 func (emptyStore) Owing(context.Context, string, string) (*coordinator.Job, time.Time, []*coordinator.Checkpoint, error) {
 	return nil, time.Time{}, nil, coordinator.ErrNotFound
 }
-func (emptyStore) DeleteExpired(context.Context, string, int) (int, bool, error) {
-	return 0, false, nil
+func (emptyStore) DeleteExpired(context.Context, []string, int) (int, string, bool, error) {
+	return 0, "", false, nil
 }
 func (emptyStore) JobsToPrune(context.Context, string, int) ([]string, error) { return nil, nil }
 func (emptyStore) ListAudit(context.Context, coordinator.AuditQuery) ([]*coordinator.AuditEntry, error) {

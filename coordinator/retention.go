@@ -2,6 +2,7 @@ package coordinator
 
 import (
 	"context"
+	"slices"
 	"time"
 )
 
@@ -13,7 +14,7 @@ type RetentionOptions struct {
 	// Batch is how many checkpoints one transaction deletes at most; 0 means 500 (a few
 	// milliseconds of work).
 	Batch int
-	// Pause is the least wait between two batches of one job; 0 means 5ms. The wait is
+	// Pause is the least wait between two batches; 0 means 5ms. The wait is
 	// also at least four times as long as the batch took (retentionPause), so that deletion
 	// holds the database a fifth of the time at most and rounds get it in between, however
 	// slow the batches.
@@ -54,8 +55,10 @@ func (s *Service) RunRetention(ctx context.Context, opts RetentionOptions) {
 	}
 }
 
-// retentionPass deletes what has expired, job after job: only the jobs that the store says
-// have something to delete, so that a fleet of jobs with nothing expired costs one read.
+// retentionPass deletes what has expired: only in the jobs that the store says have
+// something to delete, so that a fleet of jobs with nothing expired costs one read, and in
+// batches that span jobs, so that a fleet whose jobs each have a few expired checkpoints
+// costs a statement per batch, not one per job.
 func (s *Service) retentionPass(ctx context.Context, opts RetentionOptions) error {
 	after := ""
 	for {
@@ -63,10 +66,8 @@ func (s *Service) retentionPass(ctx context.Context, opts RetentionOptions) erro
 		if err != nil {
 			return err
 		}
-		for _, job := range jobs {
-			if err := s.deleteExpired(ctx, job, opts); err != nil {
-				return err
-			}
+		if err := s.deleteExpired(ctx, jobs, opts); err != nil {
+			return err
 		}
 		if len(jobs) < pruneListPage {
 			return nil
@@ -78,26 +79,30 @@ func (s *Service) retentionPass(ctx context.Context, opts RetentionOptions) erro
 // pruneListPage is how many job names one JobsToPrune read returns at most.
 const pruneListPage = 1000
 
-// deleteExpired deletes job's expired checkpoints, batch after batch.
-func (s *Service) deleteExpired(ctx context.Context, job string, opts RetentionOptions) error {
-	for {
+// deleteExpired deletes the expired checkpoints of jobs (in JobsToPrune's order), batch
+// after batch, each batch going on from the job where the one before stopped.
+func (s *Service) deleteExpired(ctx context.Context, jobs []string, opts RetentionOptions) error {
+	for len(jobs) > 0 {
 		start := time.Now()
-		n, skipped, err := s.store.DeleteExpired(ctx, job, opts.Batch)
+		n, last, skipped, err := s.store.DeleteExpired(ctx, jobs, opts.Batch)
 		if err != nil {
 			return err
 		}
 		if n > 0 && opts.Deleted != nil {
 			opts.Deleted(n)
 		}
-		if skipped || n < opts.Batch {
+		i := slices.Index(jobs, last)
+		if skipped || n == 0 || i < 0 {
 			return nil // the next pass takes what is left
 		}
+		jobs = jobs[i:]
 		select {
 		case <-ctx.Done():
 			return ctx.Err()
 		case <-time.After(retentionPause(time.Since(start), opts.Pause)):
 		}
 	}
+	return nil
 }
 
 // retentionPause is the wait after a batch that took took: four times that, and at least

@@ -37,13 +37,17 @@ type Store interface {
 	PutJob(ctx context.Context, name string, cfg JobConfig, audit *AuditEntry) (job *Job, created bool, err error)
 	// ListAudit returns audit entries as q selects them, newest first.
 	ListAudit(ctx context.Context, q AuditQuery) ([]*AuditEntry, error)
-	// DeleteExpired deletes, in one short transaction, up to limit checkpoints of job that
-	// retention removes (rule 12): final, owing nothing, completed more than the job's
-	// Retention ago by the database's clock, never its last committed one; with their votes
-	// and Idempotency-Keys. It returns how many it deleted, and skipped true when it did not
-	// look (the job's row is locked elsewhere, or another coordinator is deleting now): then
-	// try again later. It never waits for a lock.
-	DeleteExpired(ctx context.Context, job string, limit int) (deleted int, skipped bool, err error)
+	// DeleteExpired deletes, in one short transaction, up to limit checkpoints that
+	// retention removes (rule 12) from the jobs named, which are in the order JobsToPrune
+	// gives: final, owing nothing, completed more than their job's Retention ago by the
+	// database's clock, never a job's last committed one; with their votes and
+	// Idempotency-Keys. It takes them job after job in that order, oldest completion first.
+	// It returns how many it deleted; last, when it chose limit checkpoints, the job it chose
+	// the last of them from (it may have more; the jobs before it have none left), and ""
+	// when it chose fewer (every job named was looked at); and skipped true when it did not
+	// look at all (another coordinator is deleting now). A job whose row is locked elsewhere
+	// is left alone. It never waits for a lock: what it leaves, try again later.
+	DeleteExpired(ctx context.Context, jobs []string, limit int) (deleted int, last string, skipped bool, err error)
 	// JobsToPrune names, by name after the given one, up to limit jobs that have at least
 	// one checkpoint that DeleteExpired would delete now. One read for all jobs, by the index
 	// of final checkpoints: a job with nothing expired costs an index probe, not a round trip.

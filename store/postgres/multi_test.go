@@ -284,7 +284,7 @@ func TestRetentionByTwoCoordinators(t *testing.T) {
 	for i, st := range stores {
 		wg.Go(func() {
 			for deleted[0].Load()+deleted[1].Load() < old && time.Now().Before(deadline) {
-				n, skip, err := st.DeleteExpired(t.Context(), "j", 100)
+				n, _, skip, err := st.DeleteExpired(t.Context(), []string{"j"}, 100)
 				if err != nil {
 					t.Errorf("store %d: %v", i, err)
 					return

@@ -536,40 +536,42 @@ const lastCommittedStatsSQL = `SELECT j.name, c.id FROM jobs j
 // retentionLockKey is the advisory lock that makes one coordinator at a time delete.
 const retentionLockKey = 7262837461
 
-// deleteExpiredSQL deletes up to $2 of job $1's checkpoints that retention removes, oldest
-// completion first, by the partial index of final checkpoints (so it walks what expired and
-// no other history: the job and the cutoff are the index's bounds; without the job's row,
-// the cutoff is NULL and it finds nothing), and bumps the job's version when it deleted any (DESIGN.md, invariant
-// 1: caches of the job, here and elsewhere, read it again). It takes the advisory lock $3
-// and the job's row only if it can at once (SKIP LOCKED): it returns whether it got the
-// lock, whether it got the job, how many it deleted, and whether the job keeps its history
-// for a while only (when it did not get the job: whether that was for its lock). The
+// deleteExpiredSQL deletes up to $2 checkpoints that retention removes from the jobs named
+// in $1, job after job in name order and oldest completion first in each, by the partial
+// index of final checkpoints (so it walks what expired and no other history: a job and its
+// cutoff are the index's bounds). It takes the advisory lock $3 only if it can at once,
+// and the row of each job it chose from only if it can at once (SKIP LOCKED): a job whose
+// row a round holds is left for the next pass. It bumps the version of each job it deleted
+// from (DESIGN.md, invariant 1: caches of the job, here and elsewhere, read it again). The
 // checkpoints' participants and Idempotency-Keys go with them, in the same statement (no
-// foreign key cascades: see migration 000009).
+// foreign key cascades: see migration 000009). It returns whether it got the lock, how
+// many checkpoints it chose, the last job it chose from, how many it deleted and the jobs
+// it deleted from. One statement for many jobs: a fleet whose jobs each have a few expired
+// checkpoints would otherwise pay a statement, and its planning, per job.
 const deleteExpiredSQL = `
 	WITH g AS MATERIALIZED (SELECT pg_try_advisory_xact_lock($3) AS got),
-	j AS MATERIALIZED (
-		SELECT name, retention_ms FROM jobs
-		WHERE name = $1 AND NOT deleted AND retention_ms > 0 AND (SELECT got FROM g)
-		FOR UPDATE SKIP LOCKED),
-	lc AS MATERIALIZED (
-		SELECT c.id FROM checkpoints c WHERE c.job = $1 AND c.status IN ('committing', 'committed')
-		ORDER BY c.id DESC LIMIT 1),
 	cand AS MATERIALIZED (
-		SELECT c.job, c.id FROM checkpoints c
-		WHERE c.job = $1 AND c.status IN ('committed', 'aborted')
-		  AND c.completed_at < (SELECT now() - j.retention_ms * interval '1 millisecond' FROM j)
-		  AND c.id <> coalesce((SELECT id FROM lc), 0)
-		  AND NOT (c.status = 'aborted' AND EXISTS (
-			SELECT 1 FROM checkpoint_participants p
-			WHERE p.job = c.job AND p.checkpoint_id = c.id AND p.vote = 'prepared' AND p.acked_at IS NULL))
-		ORDER BY c.completed_at LIMIT $2),
-	del AS (DELETE FROM checkpoints d USING cand WHERE d.job = cand.job AND d.id = cand.id RETURNING 1),
-	delp AS (DELETE FROM checkpoint_participants p USING cand WHERE p.job = cand.job AND p.checkpoint_id = cand.id),
-	delk AS (DELETE FROM idempotency_keys k USING cand WHERE k.job = cand.job AND k.checkpoint_id = cand.id),
-	v AS (UPDATE jobs SET version = version + 1 WHERE name = $1 AND EXISTS (SELECT 1 FROM del))
-	SELECT (SELECT got FROM g), EXISTS (SELECT 1 FROM j), (SELECT count(*) FROM del),
-		EXISTS (SELECT 1 FROM jobs WHERE name = $1 AND NOT deleted AND retention_ms > 0)`
+		SELECT x.job, x.id FROM jobs j CROSS JOIN LATERAL (
+			SELECT c.job, c.id, c.completed_at FROM checkpoints c
+			WHERE c.job = j.name AND c.status IN ('committed', 'aborted')
+			  AND c.completed_at < now() - j.retention_ms * interval '1 millisecond'
+			  AND c.id <> coalesce((SELECT l.id FROM checkpoints l WHERE l.job = j.name AND l.status IN ('committing', 'committed')
+				ORDER BY l.id DESC LIMIT 1), 0)
+			  AND NOT (c.status = 'aborted' AND EXISTS (
+				SELECT 1 FROM checkpoint_participants p
+				WHERE p.job = c.job AND p.checkpoint_id = c.id AND p.vote = 'prepared' AND p.acked_at IS NULL))
+			ORDER BY c.completed_at LIMIT $2) x
+		WHERE j.name = ANY($1) AND NOT j.deleted AND j.retention_ms > 0 AND (SELECT got FROM g)
+		ORDER BY j.name, x.completed_at LIMIT $2),
+	lk AS MATERIALIZED (
+		SELECT name FROM jobs WHERE name IN (SELECT job FROM cand) ORDER BY name FOR UPDATE SKIP LOCKED),
+	ok AS MATERIALIZED (SELECT job, id FROM cand WHERE job IN (SELECT name FROM lk)),
+	del AS (DELETE FROM checkpoints d USING ok WHERE d.job = ok.job AND d.id = ok.id RETURNING d.job),
+	delp AS (DELETE FROM checkpoint_participants p USING ok WHERE p.job = ok.job AND p.checkpoint_id = ok.id),
+	delk AS (DELETE FROM idempotency_keys k USING ok WHERE k.job = ok.job AND k.checkpoint_id = ok.id),
+	v AS (UPDATE jobs SET version = version + 1 WHERE name IN (SELECT job FROM del))
+	SELECT (SELECT got FROM g), (SELECT count(*) FROM cand), coalesce((SELECT max(job) FROM cand), ''),
+		(SELECT count(*) FROM del), array(SELECT DISTINCT job FROM del)`
 
 // jobsToPruneSQL names up to $2 jobs after $1, by name, that have a checkpoint which
 // deleteExpiredSQL deletes: per job, the first row of the partial index of final
@@ -591,11 +593,3 @@ const jobsToPruneSQL = `
 		LIMIT 1) x
 	WHERE j.name > $1 AND NOT j.deleted AND j.retention_ms > 0
 	ORDER BY j.name LIMIT $2`
-
-// hasExpiredSQL tells, without a lock, whether job $1 has a final checkpoint that completed
-// before its retention (the first row of the index deleteExpiredSQL reads): most of the time
-// a job has none, and then its row is not locked at all.
-const hasExpiredSQL = `SELECT EXISTS (
-	SELECT 1 FROM checkpoints c, jobs j
-	WHERE j.name = $1 AND NOT j.deleted AND j.retention_ms > 0 AND c.job = $1 AND c.status IN ('committed', 'aborted')
-	  AND c.completed_at < now() - j.retention_ms * interval '1 millisecond')`

@@ -222,22 +222,23 @@ func (s *Store) JobsToPrune(ctx context.Context, after string, limit int) ([]str
 }
 
 // DeleteExpired implements coordinator.Store.
-func (s *Store) DeleteExpired(ctx context.Context, job string, limit int) (int, bool, error) {
-	var expired bool
-	if err := s.pool.QueryRow(ctx, hasExpiredSQL, job).Scan(&expired); err != nil {
-		return 0, false, translate(fmt.Errorf("look for expired checkpoints of %s: %w", job, err))
+func (s *Store) DeleteExpired(ctx context.Context, jobs []string, limit int) (int, string, bool, error) {
+	if len(jobs) == 0 {
+		return 0, "", false, nil
 	}
-	if !expired {
-		return 0, false, nil
-	}
-	var got, locked, retains bool
-	var deleted int
-	err := s.pool.QueryRow(ctx, deleteExpiredSQL, job, limit, retentionLockKey).Scan(&got, &locked, &deleted, &retains)
+	var got bool
+	var chosen, deleted int
+	var last string
+	var from []string
+	err := s.pool.QueryRow(ctx, deleteExpiredSQL, jobs, limit, retentionLockKey).Scan(&got, &chosen, &last, &deleted, &from)
 	if err != nil {
-		return 0, false, translate(fmt.Errorf("delete expired checkpoints of %s: %w", job, err))
+		return 0, "", false, translate(fmt.Errorf("delete expired checkpoints: %w", err))
 	}
-	if deleted > 0 {
+	for _, job := range from {
 		s.committer.cache.forget(job)
 	}
-	return deleted, !got || !locked && retains, nil
+	if chosen < limit {
+		last = ""
+	}
+	return deleted, last, !got, nil
 }

@@ -245,23 +245,36 @@ func (s *Store) JobsToPrune(ctx context.Context, after string, limit int) ([]str
 	return jobs, nil
 }
 
-// DeleteExpired implements coordinator.Store. One process owns the data directory: it is
-// never skipped.
-func (s *Store) DeleteExpired(ctx context.Context, job string, limit int) (int, bool, error) {
+// DeleteExpired implements coordinator.Store, job after job in one transaction. One
+// process owns the data directory: it is never skipped.
+func (s *Store) DeleteExpired(ctx context.Context, jobs []string, limit int) (int, string, bool, error) {
 	if err := s.checkOpen(); err != nil {
-		return 0, false, err
+		return 0, "", false, err
 	}
-	var deleted int64
+	var deleted int
+	var last string
 	err := s.writeTx(ctx, func(tx *sql.Tx) error {
-		res, err := tx.ExecContext(ctx, deleteExpiredSQL, job, now().UnixMicro(), limit)
-		if err != nil {
-			return err
+		deleted, last = 0, ""
+		at := now().UnixMicro()
+		for _, job := range jobs {
+			res, err := tx.ExecContext(ctx, deleteExpiredSQL, job, at, limit-deleted)
+			if err != nil {
+				return err
+			}
+			n, err := res.RowsAffected()
+			if err != nil {
+				return err
+			}
+			deleted += int(n)
+			if deleted >= limit {
+				last = job
+				return nil
+			}
 		}
-		deleted, err = res.RowsAffected()
-		return err
+		return nil
 	})
 	if err != nil {
-		return 0, false, translate(fmt.Errorf("delete expired checkpoints of %s: %w", job, err))
+		return 0, "", false, translate(fmt.Errorf("delete expired checkpoints: %w", err))
 	}
-	return int(deleted), false, nil
+	return deleted, last, false, nil
 }

@@ -1,9 +1,11 @@
 package storetest
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"slices"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -232,6 +234,54 @@ func testAudit(t *testing.T, b *bundle) {
 	}
 }
 
+// testRetentionPassAcrossJobs: one pass of Service.RunRetention deletes what expired in
+// every job, with batches that end inside a job and go on from there.
+func testRetentionPassAcrossJobs(t *testing.T, b *bundle) {
+	cfg := config("a")
+	cfg.Retention = coordinator.MinRetention
+	jobs := []string{"r-a", "r-b", "r-c"}
+	for _, job := range jobs {
+		b.job(job, cfg)
+		for id := int64(1); id <= 3; id++ { // 1 and 2 expire; 3, the last committed, stays
+			b.prepare(job)
+			b.vote(job, id, "a", prepared(1, ""))
+			b.ack(job, id, "a", 1)
+		}
+	}
+	time.Sleep(coordinator.MinRetention + 100*time.Millisecond)
+	// Batches of 3: r-a's two and r-b's first; r-b's second and r-c's two; then nothing.
+	// The next pass would come after an hour: the first must do it all.
+	ctx, cancel := context.WithCancel(b.ctx)
+	defer cancel()
+	var deleted atomic.Int64
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		b.svc.RunRetention(ctx, coordinator.RetentionOptions{Interval: time.Hour, Batch: 3, Deleted: func(n int) {
+			deleted.Add(int64(n))
+		}})
+	}()
+	for end := time.Now().Add(10 * time.Second); deleted.Load() < 6 && time.Now().Before(end); {
+		time.Sleep(5 * time.Millisecond)
+	}
+	cancel()
+	<-done
+	if n := deleted.Load(); n != 6 {
+		t.Fatalf("the first retention pass deleted %d checkpoints; want 6 (two in each of three jobs)", n)
+	}
+	for _, job := range jobs {
+		for id := int64(1); id <= 3; id++ {
+			cp, err := b.store.GetCheckpoint(b.ctx, job, id)
+			switch {
+			case id == 3 && (err != nil || cp == nil):
+				t.Errorf("%s's last committed checkpoint: %v, %v; want it kept", job, cp, err)
+			case id < 3 && err != coordinator.ErrGone:
+				t.Errorf("%s's checkpoint %d: %v, %v; want ErrGone", job, id, cp, err)
+			}
+		}
+	}
+}
+
 // testRetention: what retention deletes and what it keeps, and 410 for what is no more.
 func testRetention(t *testing.T, b *bundle) {
 	cfg := withMax(config("a", "b"), 10)
@@ -260,8 +310,8 @@ func testRetention(t *testing.T, b *bundle) {
 			t.Fatalf("JobsToPrune(%q, %d): %q, %v; want %q", after, limit, got, err, want)
 		}
 	}
-	if n, _, err := b.store.DeleteExpired(b.ctx, "j", 100); err != nil || n != 0 {
-		t.Fatalf("DeleteExpired before anything expired: %d, %v", n, err)
+	if n, last, _, err := b.store.DeleteExpired(b.ctx, []string{"j"}, 100); err != nil || n != 0 || last != "" {
+		t.Fatalf("DeleteExpired before anything expired: %d, %q, %v", n, last, err)
 	}
 	checkPrune("", 100)
 	b.prepare("j") // 4: committed, but not the last committed (5 is): deleted
@@ -297,21 +347,26 @@ func testRetention(t *testing.T, b *bundle) {
 	checkPrune("", 100, "j", "last")
 	checkPrune("", 1, "j")
 	checkPrune("j", 100, "last")
-	n, skipped, err := b.store.DeleteExpired(b.ctx, "j", 1)
-	if err != nil || n != 1 || skipped {
-		t.Fatalf("DeleteExpired(limit 1): %d, skipped %v, %v; want 1", n, skipped, err)
+	// A batch takes the jobs in order: j's three, then last's one.
+	both := []string{"j", "last"}
+	n, from, skipped, err := b.store.DeleteExpired(b.ctx, both, 1)
+	if err != nil || n != 1 || from != "j" || skipped {
+		t.Fatalf("DeleteExpired(limit 1): %d, last %q, skipped %v, %v; want 1, from j", n, from, skipped, err)
 	}
-	n, _, err = b.store.DeleteExpired(b.ctx, "j", 100)
-	if err != nil || n != 2 {
-		t.Fatalf("DeleteExpired of the rest: %d, %v; want 2 more (1, 3 and 4 in all)", n, err)
+	n, from, _, err = b.store.DeleteExpired(b.ctx, both, 2)
+	if err != nil || n != 2 || from != "j" {
+		t.Fatalf("DeleteExpired(limit 2): %d, last %q, %v; want 2 more from j (1, 3 and 4 in all)", n, from, err)
 	}
-	if n, _, err := b.store.DeleteExpired(b.ctx, "last", 100); err != nil || n != 1 {
-		t.Fatalf("DeleteExpired of job last: %d, %v; want 1 (its aborted 2, not its last committed 1)", n, err)
+	if cp, err := b.store.GetCheckpoint(b.ctx, "last", 2); err != nil || cp == nil {
+		t.Fatalf("checkpoint 2 of job last after a batch that j filled: %v, %v; want it still there", cp, err)
+	}
+	if n, from, _, err := b.store.DeleteExpired(b.ctx, both, 100); err != nil || n != 1 || from != "" {
+		t.Fatalf("DeleteExpired of the rest: %d, last %q, %v; want 1 (last's aborted 2, not its last committed 1), and every job looked at", n, from, err)
 	}
 	if cp, err := b.store.GetCheckpoint(b.ctx, "last", 1); err != nil || cp == nil {
 		t.Fatalf("the last committed checkpoint of job last: %v, %v; want it kept", cp, err)
 	}
-	if n, _, _ := b.store.DeleteExpired(b.ctx, "forever", 100); n != 0 {
+	if n, _, _, _ := b.store.DeleteExpired(b.ctx, []string{"forever"}, 100); n != 0 {
 		t.Fatalf("retention 0 deleted %d", n)
 	}
 	// What is left is owed (j's 2), open (5, 6) or a last committed (last's 1): nothing to prune.

@@ -511,22 +511,29 @@ func (s *memStore) Stats(ctx context.Context, lastCommitted bool) (*coordinator.
 	return out, nil
 }
 
-func (s *memStore) DeleteExpired(ctx context.Context, job string, limit int) (int, bool, error) {
+func (s *memStore) DeleteExpired(ctx context.Context, jobs []string, limit int) (int, string, bool, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	expired := s.expired(job)
-	if len(expired) > limit {
-		expired = expired[:limit]
-	}
-	for _, cp := range expired {
-		delete(s.state.cps[job], cp.ID)
-		for key, rec := range s.state.idem[job] {
-			if rec.Checkpoint == cp.ID {
-				delete(s.state.idem[job], key)
+	deleted := 0
+	for _, job := range jobs {
+		expired := s.expired(job)
+		if len(expired) > limit-deleted {
+			expired = expired[:limit-deleted]
+		}
+		for _, cp := range expired {
+			delete(s.state.cps[job], cp.ID)
+			for key, rec := range s.state.idem[job] {
+				if rec.Checkpoint == cp.ID {
+					delete(s.state.idem[job], key)
+				}
 			}
 		}
+		deleted += len(expired)
+		if deleted >= limit {
+			return deleted, job, false, nil
+		}
 	}
-	return len(expired), false, nil
+	return deleted, "", false, nil
 }
 
 func (s *memStore) JobsToPrune(ctx context.Context, after string, limit int) ([]string, error) {

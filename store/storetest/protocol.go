@@ -24,6 +24,7 @@ func runProtocol(t *testing.T, o opener) {
 		{"Decisions/AckedByAndComplete", testAckedByAndComplete},
 		{"Decisions/Audit", testAudit},
 		{"Retention", testRetention},
+		{"Retention/PassAcrossJobs", testRetentionPassAcrossJobs},
 		{"Vote/Idempotent", testVoteIdempotent},
 		{"Vote/Conflict", testVoteConflict},
 		{"Fencing/OldEpochFenced", testFencing},

@@ -536,6 +536,18 @@ const lastCommittedStatsSQL = `SELECT j.name, c.id FROM jobs j
 // retentionLockKey is the advisory lock that makes one coordinator at a time delete.
 const retentionLockKey = 7262837461
 
+// expiredOfJob is the condition on a checkpoint c of job j that retention deletes: final,
+// completed more than the job's retention ago, not the job's last committed checkpoint, and
+// not an aborted one still owed an ack. deleteExpiredSQL and jobsToPruneSQL share it, so
+// that the jobs named to prune are the jobs a deletion finds something in.
+const expiredOfJob = `c.job = j.name AND c.status IN ('committed', 'aborted')
+	AND c.completed_at < now() - j.retention_ms * interval '1 millisecond'
+	AND c.id <> coalesce((SELECT l.id FROM checkpoints l WHERE l.job = j.name AND l.status IN ('committing', 'committed')
+		ORDER BY l.id DESC LIMIT 1), 0)
+	AND NOT (c.status = 'aborted' AND EXISTS (
+		SELECT 1 FROM checkpoint_participants p
+		WHERE p.job = c.job AND p.checkpoint_id = c.id AND p.vote = 'prepared' AND p.acked_at IS NULL))`
+
 // deleteExpiredSQL deletes up to $2 checkpoints that retention removes from the jobs named
 // in $1, job after job in name order and oldest completion first in each, by the partial
 // index of final checkpoints (so it walks what expired and no other history: a job and its
@@ -553,13 +565,7 @@ const deleteExpiredSQL = `
 	cand AS MATERIALIZED (
 		SELECT x.job, x.id FROM jobs j CROSS JOIN LATERAL (
 			SELECT c.job, c.id, c.completed_at FROM checkpoints c
-			WHERE c.job = j.name AND c.status IN ('committed', 'aborted')
-			  AND c.completed_at < now() - j.retention_ms * interval '1 millisecond'
-			  AND c.id <> coalesce((SELECT l.id FROM checkpoints l WHERE l.job = j.name AND l.status IN ('committing', 'committed')
-				ORDER BY l.id DESC LIMIT 1), 0)
-			  AND NOT (c.status = 'aborted' AND EXISTS (
-				SELECT 1 FROM checkpoint_participants p
-				WHERE p.job = c.job AND p.checkpoint_id = c.id AND p.vote = 'prepared' AND p.acked_at IS NULL))
+			WHERE ` + expiredOfJob + `
 			ORDER BY c.completed_at LIMIT $2) x
 		WHERE j.name = ANY($1) AND NOT j.deleted AND j.retention_ms > 0 AND (SELECT got FROM g)
 		ORDER BY j.name, x.completed_at LIMIT $2),
@@ -583,13 +589,7 @@ const deleteExpiredSQL = `
 const jobsToPruneSQL = `
 	SELECT j.name FROM jobs j CROSS JOIN LATERAL (
 		SELECT 1 FROM checkpoints c
-		WHERE c.job = j.name AND c.status IN ('committed', 'aborted')
-		  AND c.completed_at < now() - j.retention_ms * interval '1 millisecond'
-		  AND c.id <> coalesce((SELECT l.id FROM checkpoints l WHERE l.job = j.name AND l.status IN ('committing', 'committed')
-			ORDER BY l.id DESC LIMIT 1), 0)
-		  AND NOT (c.status = 'aborted' AND EXISTS (
-			SELECT 1 FROM checkpoint_participants p
-			WHERE p.job = c.job AND p.checkpoint_id = c.id AND p.vote = 'prepared' AND p.acked_at IS NULL))
+		WHERE ` + expiredOfJob + `
 		LIMIT 1) x
 	WHERE j.name > $1 AND NOT j.deleted AND j.retention_ms > 0
 	ORDER BY j.name LIMIT $2`

@@ -75,14 +75,6 @@ func checkpointBody(cp *coordinator.Checkpoint) Checkpoint {
 	return out
 }
 
-func checkpointBodies(cps []*coordinator.Checkpoint) []Checkpoint {
-	out := make([]Checkpoint, len(cps))
-	for i, cp := range cps {
-		out[i] = checkpointBody(cp)
-	}
-	return out
-}
-
 func jobBody(j *coordinator.Job) Job {
 	epochs := make(map[string]int64, len(j.Epochs))
 	for p, e := range j.Epochs {

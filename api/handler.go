@@ -67,6 +67,14 @@ type Options struct {
 	// server through Park (park.go).
 	Park      *httppark.Listener
 	ParkAfter time.Duration
+	// MaxAnswerBytes bounds the bytes large answers in flight hold at once (answers.go);
+	// past it, a page of checkpoints or a single checkpoint gets 503 unavailable with
+	// Retry-After. 0 means no bound.
+	MaxAnswerBytes int64
+	// LargeAnswerWriteTimeout bounds the writing of an answer of LargeAnswerBytes or more:
+	// a client that has not read it by then has its connection closed. 0 means
+	// DefaultLargeAnswerWriteTimeout.
+	LargeAnswerWriteTimeout time.Duration
 }
 
 // NewHandler returns the HTTP API of openapi.yaml on svc: the generated routes, with a
@@ -241,6 +249,7 @@ func saneRequestID(id string) bool {
 // so under a memory limit and many requests in flight each frame costs CPU.
 func front(opts Options, pw *problemWriter, routes *routeTable) func(http.Handler) http.Handler {
 	check := guards(opts)
+	budget := newAnswerBudget(opts.MaxAnswerBytes, opts.LargeAnswerWriteTimeout, opts.Metrics)
 	return func(next http.Handler) http.Handler {
 		// In front of a chi router, front gives each request the router's routing context
 		// itself, from a pool as chi does, so that the request is copied once, not twice.
@@ -256,7 +265,7 @@ func front(opts Options, pw *problemWriter, routes *routeTable) func(http.Handle
 			}
 			r, cancel := withRequestContext(w, r, rctx, opts.RequestTimeout)
 			defer cancel()
-			aw := &answerWriter{ResponseWriter: w, req: r}
+			aw := &answerWriter{ResponseWriter: w, req: r, budget: budget}
 			// Deferred, so that a request aborted by a panic (http.ErrAbortHandler, passed
 			// on by recoverPanic) is logged too; recoverPanic runs first, and the line
 			// carries its 500.
@@ -349,6 +358,7 @@ func logAnswer(e *accessEntry, aw *answerWriter) {
 	// The route template, never the path: no label takes a name or an id. Read now: front
 	// reuses the route context once this request returns.
 	e.route = routePattern(e.req)
+	aw.releaseHold() // the answer is written, or its client was cut off
 	if aw.parked != nil {
 		go aw.parked.finish(e.log)
 		return

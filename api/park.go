@@ -96,6 +96,8 @@ type answerWriter struct {
 	bytes       int
 	wroteHeader bool
 	parked      *parkedRequest
+	budget      *answerBudget // what large answers in flight hold (answers.go)
+	held        int64         // this request's part of it
 }
 
 func (w *answerWriter) WriteHeader(status int) {

@@ -20,10 +20,17 @@ import (
 // over them again: it validates and compacts every json.RawMessage it encodes, which for
 // large committables is most of the cost of an answer. They are swapped for placeholders
 // before encoding and put back in place of them after (committablesOut).
+//
+// A large answer counts against what answers in flight may hold (holdAnswer); with shed,
+// it is refused past that bound, and nothing is written.
 func writeJSON(w http.ResponseWriter, contentType string, status int, body any) error {
+	return writeJSONShed(w, contentType, status, body, false)
+}
+
+func writeJSONShed(w http.ResponseWriter, contentType string, status int, body any, shed bool) error {
 	if pending, ok := body.(Pending); ok {
 		// The answer of every long-poll on pending, encoded without encoding/json (encode.go).
-		return writeAppended(w, contentType, status, func(b []byte) ([]byte, error) { return appendPending(b, &pending), nil })
+		return writeAppended(w, contentType, status, shed, func(b []byte) ([]byte, error) { return appendPending(b, &pending), nil })
 	}
 	buf := encodeBuffers.Get().(*bytes.Buffer)
 	defer putEncodeBuffer(buf)
@@ -34,19 +41,25 @@ func writeJSON(w http.ResponseWriter, contentType string, status int, body any) 
 	if err := enc.Encode(out.swap(body)); err != nil {
 		return err
 	}
+	if err := holdAnswer(w, out.size(buf.Len()), shed); err != nil {
+		return err
+	}
 	w.Header().Set("Content-Type", contentType)
 	w.WriteHeader(status)
 	return out.write(w, buf.Bytes())
 }
 
 // writeAppended writes the answer appendBody appends to a buffer (encode.go), followed by
-// a newline as encoding/json ends one.
-func writeAppended(w http.ResponseWriter, contentType string, status int, appendBody func([]byte) ([]byte, error)) error {
+// a newline as encoding/json ends one; shed as writeJSON's.
+func writeAppended(w http.ResponseWriter, contentType string, status int, shed bool, appendBody func([]byte) ([]byte, error)) error {
 	buf := encodeBuffers.Get().(*bytes.Buffer)
 	defer putEncodeBuffer(buf)
 	buf.Reset()
 	b, err := appendBody(buf.AvailableBuffer())
 	if err != nil {
+		return err
+	}
+	if err := holdAnswer(w, len(b)+1, shed); err != nil {
 		return err
 	}
 	w.Header()["Content-Type"] = contentTypeValue(contentType)
@@ -96,6 +109,14 @@ func putEncodeBuffer(buf *bytes.Buffer) {
 // encoding/json escaped can put those bytes (inside a string every quote is escaped).
 type committablesOut struct {
 	raws [][]byte
+}
+
+// size is the length of the answer whose encoding with placeholders is n bytes long.
+func (c *committablesOut) size(n int) int {
+	for _, raw := range c.raws {
+		n += len(raw)
+	}
+	return n
 }
 
 // placeholderPrefix is how a placeholder's value begins, its key included.
@@ -233,6 +254,9 @@ type jsonResponse struct {
 	participant string
 	// minimal says the answer applied Prefer: return=minimal.
 	minimal bool
+	// shed says the answer is a read that may be refused when large answers in flight hold
+	// their bound (answers.go).
+	shed bool
 }
 
 func (r jsonResponse) visit(w http.ResponseWriter) error {
@@ -244,14 +268,14 @@ func (r jsonResponse) visit(w http.ResponseWriter) error {
 	}
 	switch {
 	case r.checkpoint != nil:
-		return writeAppended(w, "application/json", r.status, func(b []byte) ([]byte, error) {
+		return writeAppended(w, "application/json", r.status, r.shed, func(b []byte) ([]byte, error) {
 			return appendCheckpoint(b, r.checkpoint, r.minimal, r.participant)
 		})
 	case r.body == nil:
 		w.WriteHeader(r.status)
 		return nil
 	}
-	return writeJSON(w, "application/json", r.status, r.body)
+	return writeJSONShed(w, "application/json", r.status, r.body, r.shed)
 }
 
 func ok(body any) jsonResponse { return jsonResponse{status: http.StatusOK, body: body} }

@@ -205,20 +205,15 @@ func (s *server) ListCheckpoints(ctx context.Context, req ListCheckpointsRequest
 	if err != nil {
 		return nil, err
 	}
-	cps, more, err := s.svc.ListCheckpoints(ctx, coordinator.CheckpointQuery{
+	if err := checkPageLimit(limit); err != nil {
+		return nil, err
+	}
+	// Read once the answer's memory is reserved (answers.go).
+	return checkpointPage{s: s, ctx: ctx, limit: limit, cursor: cursorOf(cursorCheckpoints, true), q: coordinator.CheckpointQuery{
 		Job:      req.Job,
 		Statuses: statuses(req.Params.Status),
 		After:    after, // newest first: ids below After
-		Limit:    limit,
-	})
-	if err != nil {
-		return nil, err
-	}
-	out := CheckpointList{Items: checkpointBodies(cps)}
-	if more && len(cps) > 0 {
-		out.NextCursor = ptr(encodeCursor(cursorCheckpoints, strconv.FormatInt(cps[len(cps)-1].ID, 10)))
-	}
-	return ok(out), nil
+	}}, nil
 }
 
 func (s *server) ListOpenCheckpoints(ctx context.Context, req ListOpenCheckpointsRequestObject) (ListOpenCheckpointsResponseObject, error) {
@@ -246,21 +241,15 @@ func (s *server) ListOpenCheckpoints(ctx context.Context, req ListOpenCheckpoint
 	if req.Params.OlderThanMs != nil {
 		olderThan = milliseconds(*req.Params.OlderThanMs)
 	}
-	cps, more, err := s.svc.ListCheckpoints(ctx, coordinator.CheckpointQuery{
+	if err := checkPageLimit(limit); err != nil {
+		return nil, err
+	}
+	return checkpointPage{s: s, ctx: ctx, limit: limit, cursor: cursorOf(cursorAll, false), q: coordinator.CheckpointQuery{
 		Jobs:      jobs,
 		OlderThan: olderThan,
 		Statuses:  sts,
 		After:     after, // oldest first: Seq above After
-		Limit:     limit,
-	})
-	if err != nil {
-		return nil, err
-	}
-	out := CheckpointList{Items: checkpointBodies(cps)}
-	if more && len(cps) > 0 {
-		out.NextCursor = ptr(encodeCursor(cursorAll, strconv.FormatInt(cps[len(cps)-1].Seq, 10)))
-	}
-	return ok(out), nil
+	}}, nil
 }
 
 func (s *server) GetCheckpoint(ctx context.Context, req GetCheckpointRequestObject) (GetCheckpointResponseObject, error) {
@@ -276,7 +265,9 @@ func (s *server) GetCheckpoint(ctx context.Context, req GetCheckpointRequestObje
 	if req.Params.Participant != nil {
 		participant = *req.Params.Participant
 	}
-	return checkpointAnswer(cp, req.Params.Prefer, participant), nil
+	answer := checkpointAnswer(cp, req.Params.Prefer, participant)
+	answer.shed = true
+	return answer, nil
 }
 
 func (s *server) PutVote(ctx context.Context, req PutVoteRequestObject) (PutVoteResponseObject, error) {
@@ -386,6 +377,15 @@ func (s *server) PutAck(ctx context.Context, req PutAckRequestObject) (PutAckRes
 		return nil, err
 	}
 	return checkpointAnswer(cp, req.Params.Prefer, req.Participant), nil
+}
+
+// checkPageLimit refuses a page size out of range, as the service would: a page of
+// checkpoints is read in parts, each asked with a size of its own.
+func checkPageLimit(limit int) error {
+	if limit < 1 || limit > coordinator.MaxPageSize {
+		return invalid("limit", "must be an integer from 1 to %d", coordinator.MaxPageSize)
+	}
+	return nil
 }
 
 // pageLimit is the page size asked for, DefaultPageSize when the parameter is absent.

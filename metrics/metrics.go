@@ -56,6 +56,7 @@ type Metrics struct {
 	requests  *seriesOf[requestKey, requestSeries]
 	retention prometheus.Counter
 	parked    prometheus.Counter
+	load      load // load.go
 }
 
 var _ coordinator.Observer = (*Metrics)(nil)
@@ -132,6 +133,7 @@ func New(opts Options) *Metrics {
 	m.registry.MustRegister(m.opened, m.decided, m.votes, m.acks, m.registrations, m.decision, m.completion,
 		m.httpRequests, m.httpDuration, m.storeCommit, m.retention, m.parked, build,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	m.registerLoad()
 	if opts.Stats != nil {
 		age := opts.StatsMaxAge
 		if age <= 0 {

@@ -52,6 +52,7 @@ type config struct {
 	readHeaderTimeout time.Duration
 	maxHeaderBytes    int
 	maxWaiters        int
+	maxAnswerBytes    int64 // bytes large answers in flight may hold; 0: no bound
 	parkAfter         time.Duration
 	http2             bool
 	allowedOrigins    string // comma-separated
@@ -152,6 +153,12 @@ func define(command string, cfg *config) *cli.Settings {
 		fs.IntVar(&cfg.maxWaiters, "max-waiters", defaultMaxWaiters,
 			"how many long-polls (`number`) may be held at once; past it they get 503 unavailable with Retry-After (0: no bound)")
 		s.Twin("max-waiters", "COORDINATOR_MAX_WAITERS")
+		cfg.maxAnswerBytes = api.DefaultMaxAnswerBytes
+		fs.Var((*byteSize)(&cfg.maxAnswerBytes), "max-answer-bytes",
+			"most memory (`size`, like 128MiB) that answers of 64 KiB or more may hold at once while they are built and "+
+				"read by their clients; past it a page of checkpoints or a single checkpoint gets 503 unavailable with "+
+				"Retry-After (0: no bound)")
+		s.Twin("max-answer-bytes", "COORDINATOR_MAX_ANSWER_BYTES")
 		fs.DurationVar(&cfg.parkAfter, "park-after", api.DefaultParkAfter,
 			"an HTTP/1.1 long-poll on pending that has waited this `duration` is parked: its connection set aside "+
 				"with only the wait's state until it answers, then handed back (0: never parked)")

@@ -122,6 +122,7 @@ func serve(ctx context.Context, cfg config, logger *slog.Logger) error {
 			AllowedOrigins: splitList(cfg.allowedOrigins),
 			AllowedHosts:   cfg.apiAllowedHosts(),
 			MaxWaiters:     cfg.maxWaiters,
+			MaxAnswerBytes: cfg.maxAnswerBytes,
 			Auth:           auth,
 			Tokens:         tokens,
 			Park:           parkListener(parked, cfg.parkAfter),

@@ -130,7 +130,7 @@ func newRouter(ssi StrictServerInterface, opts Options, pw *problemWriter) *chi.
 		BaseRouter:       r,
 		ErrorHandlerFunc: pw.paramErrorHandler,
 		// The last runs first: the input check, then the bound on long-polls.
-		Middlewares: []MiddlewareFunc{waiterLimit(opts.MaxWaiters, pw), operationMiddleware(opts, pw)},
+		Middlewares: []MiddlewareFunc{waiterLimit(opts.MaxWaiters, opts.Metrics, pw), operationMiddleware(opts, pw)},
 	})
 	if len(r.Middlewares()) != 0 {
 		// A route front finds is served without going through the router's middlewares.

@@ -6,7 +6,6 @@ import (
 	"net/http"
 	"net/url"
 	"strings"
-	"sync/atomic"
 
 	"github.com/twophase/coordinator/coordinator"
 )
@@ -196,37 +195,4 @@ func quoteClipped(s string) string {
 // once are bounded by Options.MaxWaiters.
 func mayWait(r *http.Request) bool {
 	return longPoll(r) > 0
-}
-
-// waiterLimit answers 503 unavailable, with Retry-After, to a request that may wait
-// (mayWait) while max such requests are held already; max 0 means no bound. It runs after
-// the input check, so that a request refused anyway is refused for what it is.
-func waiterLimit(max int, pw *problemWriter) MiddlewareFunc {
-	var held atomic.Int64
-	return func(next http.Handler) http.Handler {
-		if max <= 0 {
-			return next
-		}
-		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-			if !mayWait(r) {
-				next.ServeHTTP(w, r)
-				return
-			}
-			for {
-				n := held.Load()
-				if n >= int64(max) {
-					pw.write(w, r, &requestError{code: codeUnavailable, detail: fmt.Sprintf(
-						"too many long-polls are held at once (%d, this coordinator's bound); retry shortly, "+
-							"or ask without wait_ms; nothing was changed", max)})
-					return
-				}
-				if held.CompareAndSwap(n, n+1) {
-					break
-				}
-			}
-			// A parked request keeps its slot until it is answered.
-			defer afterAnswer(w, func() { held.Add(-1) })
-			next.ServeHTTP(w, r)
-		})
-	}
 }

@@ -51,8 +51,8 @@ const DefaultMaxAnswerBytes = 128 << 20
 type answerBudget struct {
 	max          int64
 	writeTimeout time.Duration
-	held    atomic.Int64
-	metrics *metrics.Metrics // nil: not counted
+	held         atomic.Int64
+	metrics      *metrics.Metrics // nil: not counted
 }
 
 func newAnswerBudget(max int64, writeTimeout time.Duration, m *metrics.Metrics) *answerBudget {

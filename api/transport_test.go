@@ -230,10 +230,11 @@ func testHostsRefused(t *testing.T) {
 	anyHost.callHost(t, "evil.example", "GET", "/v1/jobs", "", "", "Origin", "https://evil.example").problem(t, 403, "forbidden")
 }
 
-// testLongPollsBounded: with MaxWaiters 2, two long-polls are held, a third gets 503 with
-// Retry-After until one of them ends; requests that do not wait are not counted.
+// testLongPollsBounded: with MaxWaiters 4, two long-polls of a checkpoint (reads, which
+// hold at most half of the pool) are held, a third gets 503 with Retry-After until one of
+// them ends; requests that do not wait are not counted.
 func testLongPollsBounded(t *testing.T) {
-	b := setupWith(t, Options{MaxWaiters: 2})
+	b := setupWith(t, Options{MaxWaiters: 4})
 	b.job(t, "j", `{"participants":["a"],"auto_commit":false}`, "a")
 	b.call(t, "POST", "/v1/jobs/j/checkpoints", "", "").ok(t, 201, nil)
 
@@ -276,7 +277,7 @@ func testLongPollsBounded(t *testing.T) {
 	if refused.header.Get("Retry-After") != "1" {
 		t.Errorf("Retry-After %q, want 1", refused.header.Get("Retry-After"))
 	}
-	if p.Detail == nil || !strings.Contains(*p.Detail, "too many long-polls are held at once") {
+	if p.Detail == nil || !strings.Contains(*p.Detail, "hold their part of this coordinator's slots (2 of 4, --max-waiters)") {
 		t.Errorf("detail %v", p.Detail)
 	}
 	if time.Since(start) < 1500*time.Millisecond {
@@ -335,9 +336,10 @@ func (s heldServer) PutVote(ctx context.Context, req PutVoteRequestObject) (PutV
 	return s.stubServer.PutVote(ctx, req)
 }
 
-// TestWaiterBound counts exactly the requests held: MaxWaiters of them wait, the next one
-// gets 503 at once, and one more is held as soon as one ends; requests that do not wait
-// are not counted; MaxWaiters 0 holds any number.
+// TestWaiterBound counts exactly the requests held: MaxWaiters of them wait (votes, a
+// participant's own waits, which may use the whole pool), the next one gets 503 at once,
+// and one more is held as soon as one ends; requests that do not wait are not counted;
+// MaxWaiters 0 holds any number.
 func TestWaiterBound(t *testing.T) {
 	t.Parallel()
 	for _, max := range []int{0, 1, 3} {
@@ -379,7 +381,7 @@ func TestWaiterBound(t *testing.T) {
 					t.Fatalf("%s: neither held nor answered", what)
 				}
 			}
-			hold := func(what string) { t.Helper(); holdWith("GET", what) }
+			hold := func(what string) { t.Helper(); holdWith("PUT", what) }
 			answered := func(what string, want int) {
 				t.Helper()
 				select {

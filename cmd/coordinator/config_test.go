@@ -51,6 +51,7 @@ func TestDefaults(t *testing.T) {
 		readHeaderTimeout: 10 * time.Second,
 		maxHeaderBytes:    64 << 10,
 		maxWaiters:        10000,
+		maxAnswerBytes:    128 << 20,
 		parkAfter:         3 * time.Second,
 		http2:             true,
 	}

@@ -512,7 +512,7 @@ const insertAuditSQL = `INSERT INTO audit (at, action, job, checkpoint, token, s
 // those of jobs starting with $1 (and named $5 unless it is empty), and with $2 the token
 // actions too (no job).
 const listAuditSQL = `SELECT ` + auditColumns + ` FROM audit
-	WHERE ($3 = 0 OR id < $3)
+	WHERE ($3::bigint = 0 OR id < $3::bigint)
 	  AND (job IS NULL AND $2 OR job IS NOT NULL AND starts_with(job, $1) AND ($5 = '' OR job = $5))
 	ORDER BY id DESC LIMIT $4`
 

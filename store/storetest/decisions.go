@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"slices"
 	"sync/atomic"
 	"testing"
@@ -212,6 +213,14 @@ func testAudit(t *testing.T, b *bundle) {
 	rest, _, err := b.svc.ListAudit(b.ctx, coordinator.AuditQuery{Limit: 100, Before: all[1].ID})
 	if err != nil || len(rest) != 4 {
 		t.Fatalf("the rest of the audit: %d entries, %v; want 4", len(rest), err)
+	}
+	// A cursor past every id the database has issued, up to the largest an id can be, is a
+	// position like any other: it starts at the newest entry.
+	for _, before := range []int64{1<<31 - 1, 1 << 31, 1<<32 + 1, math.MaxInt64} {
+		got, _, err := b.svc.ListAudit(b.ctx, coordinator.AuditQuery{Limit: 100, Before: before})
+		if err != nil || len(got) != 6 {
+			t.Fatalf("the audit below id %d: %d entries, %v; want all 6", before, len(got), err)
+		}
 	}
 	// Tokens' actions belong to no job: listed only when asked for.
 	if ts, ok := b.store.(coordinator.TokenStore); ok {

@@ -111,9 +111,9 @@ func (s *server) RegisterParticipant(ctx context.Context, req RegisterParticipan
 }
 
 func (s *server) GetPending(ctx context.Context, req GetPendingRequestObject) (GetPendingResponseObject, error) {
-	var wait int64
-	if req.Params.WaitMs != nil {
-		wait = *req.Params.WaitMs
+	wait, err := waitOf(req.Params.WaitMs)
+	if err != nil {
+		return nil, err
 	}
 	var epoch int64
 	if req.Params.Epoch != nil {
@@ -121,7 +121,7 @@ func (s *server) GetPending(ctx context.Context, req GetPendingRequestObject) (G
 			return nil, invalid("epoch", "must be 1 or more (the epoch that register returned)")
 		}
 	}
-	total := milliseconds(wait)
+	total := wait
 	if s.park != nil && total > s.park.after {
 		// Wait here for a while; past it, a wait that goes on may be parked (park.go). A
 		// participant whose last parked wait ended with nothing owed is idle: it is
@@ -239,6 +239,9 @@ func (s *server) ListOpenCheckpoints(ctx context.Context, req ListOpenCheckpoint
 	}
 	var olderThan time.Duration
 	if req.Params.OlderThanMs != nil {
+		if ms := *req.Params.OlderThanMs; ms < 0 || ms > maxOlderThan.Milliseconds() {
+			return nil, invalid("older_than_ms", "must be an integer from 0 to %d (a year)", maxOlderThan.Milliseconds())
+		}
 		olderThan = milliseconds(*req.Params.OlderThanMs)
 	}
 	if err := checkPageLimit(limit); err != nil {
@@ -253,17 +256,19 @@ func (s *server) ListOpenCheckpoints(ctx context.Context, req ListOpenCheckpoint
 }
 
 func (s *server) GetCheckpoint(ctx context.Context, req GetCheckpointRequestObject) (GetCheckpointResponseObject, error) {
-	var wait int64
-	if req.Params.WaitMs != nil {
-		wait = *req.Params.WaitMs
-	}
-	cp, err := s.svc.GetCheckpoint(ctx, req.Job, req.Id, milliseconds(wait))
+	wait, err := waitOf(req.Params.WaitMs)
 	if err != nil {
 		return nil, err
 	}
 	var participant string
 	if req.Params.Participant != nil {
-		participant = *req.Params.Participant
+		if participant = *req.Params.Participant; !coordinator.ValidName(participant) {
+			return nil, invalid("participant", "%q is not a participant's name", participant)
+		}
+	}
+	cp, err := s.svc.GetCheckpoint(ctx, req.Job, req.Id, wait)
+	if err != nil {
+		return nil, err
 	}
 	answer := checkpointAnswer(cp, req.Params.Prefer, participant)
 	answer.shed = true
@@ -281,11 +286,11 @@ func (s *server) PutVote(ctx context.Context, req PutVoteRequestObject) (PutVote
 	if req.Body.Reason != nil {
 		v.Reason = *req.Body.Reason
 	}
-	var wait int64
-	if req.Params.WaitMs != nil {
-		wait = *req.Params.WaitMs
+	wait, err := waitOf(req.Params.WaitMs)
+	if err != nil {
+		return nil, err
 	}
-	cp, err := s.svc.VoteAndWait(ctx, req.Job, req.Id, req.Participant, v, milliseconds(wait))
+	cp, err := s.svc.VoteAndWait(ctx, req.Job, req.Id, req.Participant, v, wait)
 	if err != nil {
 		return nil, err
 	}
@@ -400,4 +405,19 @@ func jobPath(job string) string { return "/v1/jobs/" + url.PathEscape(job) }
 
 func checkpointPath(job string, id int64) string {
 	return jobPath(job) + "/checkpoints/" + strconv.FormatInt(id, 10)
+}
+
+// maxOlderThan is the largest older_than_ms of GET /v1/checkpoints: a year.
+const maxOlderThan = 365 * 24 * time.Hour
+
+// waitOf is a request's wait_ms, refused outside 0 to coordinator.MaxLongPoll before any
+// waiting begins (a wait on pending may be parked before the service sees it).
+func waitOf(ms *int64) (time.Duration, error) {
+	if ms == nil {
+		return 0, nil
+	}
+	if *ms < 0 || *ms > coordinator.MaxLongPoll.Milliseconds() {
+		return 0, invalid("wait_ms", "must be an integer from 0 to %d", coordinator.MaxLongPoll.Milliseconds())
+	}
+	return milliseconds(*ms), nil
 }

@@ -36,6 +36,10 @@ const (
 	accessOperate
 	// accessAsParticipant needs the participant scope as the path's participant of its job.
 	accessAsParticipant
+	// accessPending needs the path's participant's own token, or a scope on the job other
+	// than participant (read, trigger, operator) or admin: what a participant owes holds
+	// its committables, which another participant's token may not read.
+	accessPending
 	// accessAbort needs operator on the path's job, or the participant scope in it: the
 	// service then lets it abort only a checkpoint that expects that participant.
 	accessAbort
@@ -62,7 +66,7 @@ var routeAccess = map[string]access{
 	"GET /v1/jobs/{job}":    accessRead,
 	"DELETE /v1/jobs/{job}": accessOperate,
 	"POST /v1/jobs/{job}/participants/{participant}/register": accessAsParticipant,
-	"GET /v1/jobs/{job}/participants/{participant}/pending":   accessRead,
+	"GET /v1/jobs/{job}/participants/{participant}/pending":   accessPending,
 	"POST /v1/jobs/{job}/checkpoints":                         accessOpen,
 	"GET /v1/jobs/{job}/checkpoints":                          accessRead,
 	"GET /v1/jobs/{job}/checkpoints/{id}":                     accessRead,
@@ -128,6 +132,11 @@ func bearerToken(header string) (token string, ok bool) {
 // WWW-Authenticate header set on w. A long-poll's context is cancelled when its token is
 // revoked, until done is called (nil for other requests).
 func authenticate(auth *coordinator.Authenticator, w http.ResponseWriter, r *http.Request) (_ *http.Request, done func(), _ error) {
+	if n := len(r.Header.Values("Authorization")); n > 1 {
+		// Which of them would count is a guess a proxy and the coordinator could make
+		// differently: refuse the request.
+		return r, nil, invalid("Authorization", "send one Authorization header, not %d", n)
+	}
 	header := r.Header.Get("Authorization")
 	token, ok := bearerToken(header)
 	if !ok {
@@ -197,6 +206,11 @@ func authorize(r *http.Request) error {
 			return nil
 		}
 		return forbidden("acting as participant %s of job %s needs a participant token of that participant of that job", participant, job)
+	case accessPending:
+		if p.ActsAs(job, participant) || p.Can(coordinator.ScopeRead, job) || p.Can(coordinator.ScopeTrigger, job) || p.Can(coordinator.ScopeOperator, job) {
+			return nil
+		}
+		return forbidden("reading what participant %s of job %s owes needs that participant's own token, or the read, trigger or operator scope on the job", participant, job)
 	case accessAbort:
 		if p.Can(coordinator.ScopeOperator, job) {
 			return nil

@@ -181,7 +181,10 @@ func testEveryRouteWithEveryScope(t *testing.T) {
 			{"HEAD", j, "", readers},
 			{"DELETE", j, "", []string{"operator", "admin"}},
 			{"POST", j + "/participants/sink-a/register", "", []string{"sink-a", "admin"}},
-			{"GET", j + "/participants/sink-a/pending", "", readers},
+			// A participant token reads its own pending only: another participant's holds
+			// that participant's committables.
+			{"GET", j + "/participants/sink-a/pending", "", []string{"reader", "reader-all", "sink-a", "trigger", "operator", "admin"}},
+			{"GET", j + "/participants/sink-a/pending?wait_ms=50", "", []string{"reader", "reader-all", "sink-a", "trigger", "operator", "admin"}},
 			{"POST", j + "/checkpoints", "", []string{"trigger", "operator", "admin"}},
 			{"GET", j + "/checkpoints", "", readers},
 			{"GET", cp, "", readers},
@@ -744,5 +747,41 @@ func testFindAndSettle(t *testing.T) {
 	}
 	if audit.Items[1].Action != AuditJobCreated {
 		t.Fatalf("the audit's second entry: %+v, want job_created", audit.Items[1])
+	}
+}
+
+// TestTwoAuthorizationHeaders: a request with two Authorization headers is refused with
+// 400, whichever tokens they carry (a proxy that adds its own must not decide which one
+// counts), and changes nothing.
+func TestTwoAuthorizationHeaders(t *testing.T) { onEachStore(t, testTwoAuthorizationHeaders) }
+
+func testTwoAuthorizationHeaders(t *testing.T) {
+	b := setupAuth(t)
+	reader := b.token(t, "reader", "*", "", coordinator.ScopeRead)
+	before := b.snapshot(t)
+	for _, pair := range [][2]string{{testAdminToken, reader}, {reader, testAdminToken}, {testAdminToken, testAdminToken}} {
+		req, err := http.NewRequest("PUT", b.url+"/v1/jobs/orders", strings.NewReader(`{"participants":["a"]}`))
+		if err != nil {
+			t.Fatal(err)
+		}
+		req.Header.Set("Content-Type", "application/json")
+		req.Header.Add("Authorization", "Bearer "+pair[0])
+		req.Header.Add("Authorization", "Bearer "+pair[1])
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		raw, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		var p Problem
+		if resp.StatusCode != http.StatusBadRequest || json.Unmarshal(raw, &p) != nil || p.Code != "invalid_request" {
+			t.Errorf("two Authorization headers: %d %s, want 400 invalid_request", resp.StatusCode, raw)
+		}
+		if strings.Contains(string(raw), reader) || strings.Contains(string(raw), testAdminToken) {
+			t.Errorf("the problem quotes a token: %s", raw)
+		}
+	}
+	if after := b.snapshot(t); after != before {
+		t.Errorf("a refused request changed the state:\nbefore %s\nafter  %s", before, after)
 	}
 }

@@ -589,10 +589,8 @@ type TokenRequest struct {
 	// ExpiresAt When it stops being accepted; absent, never.
 	ExpiresAt *time.Time `json:"expires_at,omitempty"`
 
-	// Job A job's name, a prefix of one followed by `*`, or `*` for every job.
-	//
-	// Example: orders-*
-	Job JobPattern `json:"job"`
+	// Job The jobs the scopes apply to. Required, except for an `admin` token, which covers every job (absent, it is `*`).
+	Job *JobPattern `json:"job,omitempty"`
 
 	// Name Example: sink-a
 	Name Name `json:"name"`

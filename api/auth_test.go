@@ -495,6 +495,23 @@ func testRevocationAndExpiry(t *testing.T) {
 			t.Errorf("POST /v1/tokens %s: %d %s, want 409 token_exists", body, r.status, r.body)
 		}
 	}
+	// An admin token need not name a job: it covers every job. Any other needs one.
+	r = b.send(t, testAdminToken, "POST", "/v1/tokens", `{"name":"second-admin","scopes":["admin"]}`)
+	var admin TokenCreated
+	if err := json.Unmarshal(r.body, &admin); r.status != http.StatusCreated || err != nil || admin.Job != "*" {
+		t.Fatalf("POST /v1/tokens of an admin without a job: %d %s, want 201 with job *", r.status, r.body)
+	}
+	if r := b.send(t, admin.Token, "GET", "/v1/tokens", ""); r.status != http.StatusOK {
+		t.Errorf("the admin token without a job lists tokens: %d %s", r.status, r.body)
+	}
+	before := b.snapshot(t)
+	if r := b.send(t, testAdminToken, "POST", "/v1/tokens", `{"name":"no-job","scopes":["read"]}`); r.status != http.StatusBadRequest ||
+		r.problem.Code != "invalid_request" || !strings.Contains(string(r.body), "job") {
+		t.Errorf("POST /v1/tokens of a reader without a job: %d %s, want 400 naming job", r.status, r.body)
+	}
+	if after := b.snapshot(t); after != before {
+		t.Errorf("a refused token changed the state:\nbefore %s\nafter  %s", before, after)
+	}
 }
 
 func testRevokedTokenEndsItsLongPoll(t *testing.T) {

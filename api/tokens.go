@@ -27,7 +27,10 @@ func (s *server) CreateToken(ctx context.Context, req CreateTokenRequestObject) 
 	if req.Body == nil {
 		return nil, invalid("body", "a TokenRequest is required")
 	}
-	t := coordinator.Token{Name: req.Body.Name, Job: coordinator.JobPattern(req.Body.Job), ExpiresAt: req.Body.ExpiresAt}
+	t := coordinator.Token{Name: req.Body.Name, ExpiresAt: req.Body.ExpiresAt}
+	if req.Body.Job != nil {
+		t.Job = coordinator.JobPattern(*req.Body.Job)
+	}
 	for _, sc := range req.Body.Scopes {
 		t.Scopes = append(t.Scopes, coordinator.Scope(sc))
 	}

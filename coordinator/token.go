@@ -215,8 +215,12 @@ func NewTokens(store TokenStore) *Tokens { return &Tokens{store: store, now: tim
 
 // Create validates t (ValidateToken), gives it a new secret and stores it with the
 // secret's digest. It returns the token as stored and its secret, which is nowhere else:
-// the caller shows it once. ErrTokenExists if the name is taken.
+// the caller shows it once. An admin token that names no job is given "*": admin covers
+// every job whatever its pattern. ErrTokenExists if the name is taken.
 func (m *Tokens) Create(ctx context.Context, t Token) (*Token, string, error) {
+	if t.Job == "" && t.Has(ScopeAdmin) {
+		t.Job = AllJobs
+	}
 	if err := ValidateToken(&t, m.now()); err != nil {
 		return nil, "", err
 	}

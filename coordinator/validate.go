@@ -263,7 +263,9 @@ func ValidateToken(t *Token, now time.Time) error {
 		}
 		seen[s] = true
 	}
-	if !ValidJobPattern(t.Job) {
+	if t.Job == "" {
+		f.add("job", "is required (a job's name, a prefix of one ending in *, or * for every job), except for an admin token")
+	} else if !ValidJobPattern(t.Job) {
 		f.add("job", "%q is not a job pattern: a job's name, a prefix of one ending in *, or * for every job", t.Job)
 	}
 	if seen[ScopeParticipant] {

@@ -581,12 +581,38 @@ func TestAuthListen(t *testing.T) {
 			(&api{base: c.BaseURL, hc: c.Admin().HTTP}).mustDo(t, "GET", "/v1/jobs", "", 200, nil)
 		}
 		c.Stop() // then its whole output is in Logs
-		warned := slices.ContainsFunc(strings.Split(c.Logs(), "\n"), func(l string) bool {
-			var m struct{ Level, Msg string }
-			return json.Unmarshal([]byte(l), &m) == nil && m.Level == "WARN" && strings.Contains(m.Msg, "authentication is off")
-		})
-		if warned != (tc.auth == "off") {
+		if warned := warnedOf(c.Logs(), "authentication is off"); warned != (tc.auth == "off") {
 			t.Errorf("with %s: warned that authentication is off: %v, want %v\n%s", tc.name, warned, tc.auth == "off", c.Logs())
 		}
+		// Tokens over plain HTTP beyond loopback: warned of.
+		if warned := warnedOf(c.Logs(), "tokens travel in plain text"); warned != (tc.auth == "tokens") {
+			t.Errorf("with %s on 0.0.0.0 without TLS: warned that tokens travel in plain text: %v, want %v\n%s", tc.name, warned, tc.auth == "tokens", c.Logs())
+		}
 	}
+
+	// An admin token file that others may read is warned of; one of mode 0600 is not (the
+	// runs above), and neither warning quotes the token.
+	file, secret := harness.AdminTokenFile(t)
+	if err := os.Chmod(file, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	readable := harness.StartCoordinator(t, dbURL, "--admin-token-file", file)
+	readable.Stop()
+	if !warnedOf(readable.Logs(), "may be read by others") {
+		t.Errorf("an admin token file of mode 0644: no warning\n%s", readable.Logs())
+	}
+	if warnedOf(readable.Logs(), "plain text") {
+		t.Errorf("on loopback: warned that tokens travel in plain text\n%s", readable.Logs())
+	}
+	if strings.Contains(readable.Logs(), secret) {
+		t.Error("the logs hold the admin token")
+	}
+}
+
+// warnedOf reports whether logs (JSON lines) hold a warning whose message contains text.
+func warnedOf(logs, text string) bool {
+	return slices.ContainsFunc(strings.Split(logs, "\n"), func(l string) bool {
+		var m struct{ Level, Msg string }
+		return json.Unmarshal([]byte(l), &m) == nil && m.Level == "WARN" && strings.Contains(m.Msg, text)
+	})
 }

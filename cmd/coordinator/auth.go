@@ -82,6 +82,25 @@ func loopbackHost(host string) bool {
 	return ip != nil && ip.IsLoopback()
 }
 
+// authWarnings are what the start-up log warns of about tokens, listening on addr: an
+// admin token file that others than its owner may read, and tokens that would cross the
+// network in plain text (authentication on, no TLS, an address beyond loopback).
+func authWarnings(cfg config, addr string) []string {
+	var out []string
+	if cfg.adminTokenFile != "" {
+		if fi, err := os.Stat(cfg.adminTokenFile); err == nil && fi.Mode().Perm()&0o077 != 0 {
+			out = append(out, fmt.Sprintf("--admin-token-file %s may be read by others than its owner (mode %04o): "+
+				"whoever reads it can do anything; chmod 600 it", cfg.adminTokenFile, fi.Mode().Perm()))
+		}
+	}
+	host, _, _ := net.SplitHostPort(addr)
+	if cfg.authOn() && cfg.tlsCertFile == "" && !loopbackHost(host) {
+		out = append(out, "tokens travel in plain text to "+addr+": anyone on the path can read and replay them; "+
+			"serve HTTPS (--tls-cert-file and --tls-key-file), or listen on loopback behind a proxy that terminates TLS")
+	}
+	return out
+}
+
 // authMode says in the start-up log how requests are authenticated.
 func authMode(cfg config) string {
 	if cfg.authOn() {

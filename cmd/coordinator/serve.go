@@ -142,6 +142,9 @@ func serve(ctx context.Context, cfg config, logger *slog.Logger) error {
 	served := make(chan error, 1)
 	go func() { served <- srv.Serve(ln) }()
 	logger.Info("listening", append([]any{"addr", ln.Addr().String(), "scheme", scheme, "auth", authMode(cfg)}, describe...)...)
+	for _, w := range authWarnings(cfg, ln.Addr().String()) {
+		logger.Warn(w)
+	}
 	if !cfg.authOn() {
 		logger.Warn("authentication is off: whoever reaches " + ln.Addr().String() +
 			" can do anything; give an admin token (--admin-token-file or COORDINATOR_ADMIN_TOKEN) to turn it on")

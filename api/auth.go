@@ -147,9 +147,11 @@ func authenticate(auth *coordinator.Authenticator, w http.ResponseWriter, r *htt
 		}
 		return r, nil, unauthenticatedError(detail)
 	}
-	p, err := auth.Authenticate(token)
+	p, err := auth.Authenticate(r.Context(), token)
 	if err != nil {
-		w.Header().Set("WWW-Authenticate", `Bearer realm="coordinator", error="invalid_token"`)
+		if errors.Is(err, coordinator.ErrUnauthenticated) {
+			w.Header().Set("WWW-Authenticate", `Bearer realm="coordinator", error="invalid_token"`)
+		}
 		return r, nil, err
 	}
 	ctx := context.WithValue(r.Context(), principalKey{}, p)

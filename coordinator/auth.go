@@ -91,7 +91,23 @@ type Authenticator struct {
 	loaded   bool
 	version  int64
 	byDigest map[[32]byte]*Principal
+
+	// lookups are the refreshes that unknown tokens ask for, coalesced (lookUp).
+	lookups struct {
+		sync.Mutex
+		started, done int64         // generations: of the last refresh started, and ended
+		running       chan struct{} // closed when the running one ends; nil when none runs
+		last          time.Time     // when the last one started
+		err           error         // the last one's result
+	}
 }
+
+// LookupInterval is the least time between two reads of the tokens that unknown tokens ask
+// for: a token created through another coordinator a moment ago is found in the database
+// before its first request is refused, and guessing tokens, however fast, costs the
+// database at most one read of the tokens' version per interval per coordinator (and a
+// read of the tokens only when they changed).
+const LookupInterval = 50 * time.Millisecond
 
 // RefreshInterval is how often an Authenticator asks the store whether the tokens changed:
 // a revocation takes effect on every coordinator within about this much, well within the
@@ -116,8 +132,24 @@ func NewAuthenticator(store TokenStore, adminSecret string, logger *slog.Logger)
 
 // Authenticate returns the principal of secret, or ErrUnauthenticated (an *Error whose
 // message never quotes the secret) when it is no token of this coordinator, was revoked or
-// has expired.
-func (a *Authenticator) Authenticate(secret string) (*Principal, error) {
+// has expired. A well-formed token that is not known here is looked up in the store first
+// (lookUp), so that a token just created through another coordinator is accepted at once;
+// when the store cannot be read for it, the error is ErrUnavailable.
+func (a *Authenticator) Authenticate(ctx context.Context, secret string) (*Principal, error) {
+	p, err := a.authenticate(secret)
+	if err != errUnknownToken { // known, or refused for what it is (malformed, expired)
+		return p, err
+	}
+	if err := a.lookUp(ctx); err != nil {
+		return nil, &Error{Code: CodeUnavailable, Message: "the tokens could not be read to check this one; retry", Err: err}
+	}
+	return a.authenticate(secret)
+}
+
+// errUnknownToken is the cause of the 401 of a well-formed token that is not known here.
+var errUnknownToken = unauthenticated("the token is unknown or was revoked")
+
+func (a *Authenticator) authenticate(secret string) (*Principal, error) {
 	if secret == "" || len(secret) > MaxTokenLength {
 		return nil, unauthenticated("the token is missing or malformed")
 	}
@@ -134,7 +166,7 @@ func (a *Authenticator) Authenticate(secret string) (*Principal, error) {
 	// The map finds the entry by digest; the comparison that accepts it takes the same
 	// time whatever the bytes.
 	if p == nil || subtle.ConstantTimeCompare(p.token.Digest, digest) != 1 {
-		return nil, unauthenticated("the token is unknown or was revoked")
+		return nil, errUnknownToken
 	}
 	if p.token.Expired(a.now()) {
 		return nil, unauthenticated(fmt.Sprintf("the token %s has expired", p.token.Name))
@@ -143,6 +175,55 @@ func (a *Authenticator) Authenticate(secret string) (*Principal, error) {
 }
 
 func unauthenticated(msg string) *Error { return &Error{Code: CodeUnauthenticated, Message: msg} }
+
+// lookUp returns once a refresh of the tokens that started after it was called has ended,
+// with that refresh's error. Callers at the same time share refreshes, and refreshes start
+// at most every LookupInterval, so that the store's load does not grow with the rate of
+// unknown tokens.
+func (a *Authenticator) lookUp(ctx context.Context) error {
+	l := &a.lookups
+	l.Lock()
+	target := l.started + 1
+	for l.done < target {
+		if l.running != nil {
+			ch := l.running
+			l.Unlock()
+			select {
+			case <-ch:
+			case <-ctx.Done():
+				return ctx.Err()
+			}
+			l.Lock()
+			continue
+		}
+		if wait := l.last.Add(LookupInterval).Sub(time.Now()); wait > 0 {
+			l.Unlock()
+			timer := time.NewTimer(wait)
+			select {
+			case <-timer.C:
+			case <-ctx.Done():
+				timer.Stop()
+				return ctx.Err()
+			}
+			l.Lock()
+			continue
+		}
+		l.started++
+		gen, ch := l.started, make(chan struct{})
+		l.running, l.last = ch, time.Now()
+		l.Unlock()
+		// Shared by every caller waiting: not ended by this caller's request.
+		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+		err := a.Refresh(rctx)
+		cancel()
+		l.Lock()
+		l.done, l.err, l.running = gen, err, nil
+		close(ch)
+	}
+	err := l.err
+	l.Unlock()
+	return err
+}
 
 // Refresh reads the tokens again if they changed since the last read. Tokens that are
 // gone (revoked) are refused from its return on, and their waiting requests are told

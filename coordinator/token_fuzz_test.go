@@ -34,7 +34,7 @@ func FuzzTokenSecret(f *testing.F) {
 				t.Fatalf("CheckTokenSecret accepts %q, which does not encode back to itself", s)
 			}
 		}
-		p, err := a.Authenticate(s)
+		p, err := a.Authenticate(context.Background(), s)
 		switch {
 		case err == nil && s != known && s != admin:
 			t.Fatalf("Authenticate accepts %q as %s", s, p.Name())

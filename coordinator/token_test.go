@@ -5,6 +5,7 @@ import (
 	"errors"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 )
@@ -119,11 +120,12 @@ func TestValidateToken(t *testing.T) {
 
 // fakeTokens is a TokenStore in memory that counts its reads.
 type fakeTokens struct {
-	mu      sync.Mutex
-	tokens  map[string]*Token
-	version int64
-	lists   int
-	fail    error
+	mu       sync.Mutex
+	tokens   map[string]*Token
+	version  int64
+	lists    int
+	versions int
+	fail     error
 }
 
 func (f *fakeTokens) CreateToken(_ context.Context, t *Token, _ *AuditEntry) (*Token, error) {
@@ -164,6 +166,7 @@ func (f *fakeTokens) DeleteToken(_ context.Context, name string, _ *AuditEntry) 
 func (f *fakeTokens) TokensVersion(context.Context) (int64, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
+	f.versions++
 	return f.version, f.fail
 }
 
@@ -179,11 +182,11 @@ func TestAuthenticator(t *testing.T) {
 	if err := a.Refresh(ctx); err != nil {
 		t.Fatal(err)
 	}
-	p, err := a.Authenticate(admin)
+	p, err := a.Authenticate(ctx, admin)
 	if err != nil || p.Name() != AdminTokenName || !p.Admin() || p.Reach() != AllJobs {
 		t.Fatalf("the admin token: %v, %v", p, err)
 	}
-	if _, err := a.Authenticate(admin + "x"); !errors.Is(err, ErrUnauthenticated) {
+	if _, err := a.Authenticate(ctx, admin+"x"); !errors.Is(err, ErrUnauthenticated) {
 		t.Fatalf("the admin token and more: %v, want unauthenticated", err)
 	}
 	expires := clock.Add(time.Minute)
@@ -191,13 +194,9 @@ func TestAuthenticator(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := a.Authenticate(secret); !errors.Is(err, ErrUnauthenticated) {
-		t.Fatalf("a token not read yet: %v, want unauthenticated", err)
-	}
-	if err := a.Refresh(ctx); err != nil {
-		t.Fatal(err)
-	}
-	p, err = a.Authenticate(secret)
+	// A token not read yet (created through another coordinator, say) is looked up before
+	// it is refused.
+	p, err = a.Authenticate(ctx, secret)
 	if err != nil {
 		t.Fatalf("a stored token: %v", err)
 	}
@@ -217,7 +216,7 @@ func TestAuthenticator(t *testing.T) {
 	}
 	// Expiry, by the clock.
 	clock = expires
-	if _, err := a.Authenticate(secret); !errors.Is(err, ErrUnauthenticated) || strings.Contains(err.Error(), secret) {
+	if _, err := a.Authenticate(ctx, secret); !errors.Is(err, ErrUnauthenticated) || strings.Contains(err.Error(), secret) {
 		t.Fatalf("an expired token: %v, want unauthenticated without the secret", err)
 	}
 	clock = expires.Add(-time.Second)
@@ -229,7 +228,7 @@ func TestAuthenticator(t *testing.T) {
 	if err := a.Refresh(ctx); err != nil {
 		t.Fatal(err)
 	}
-	reader, err := a.Authenticate(other)
+	reader, err := a.Authenticate(ctx, other)
 	if err != nil || !reader.ReadsMetrics() {
 		t.Fatalf("reader: %v", err)
 	}
@@ -247,7 +246,7 @@ func TestAuthenticator(t *testing.T) {
 	if reader.Context().Err() != nil {
 		t.Fatal("another token's context ended with the revocation")
 	}
-	if _, err := a.Authenticate(secret); !errors.Is(err, ErrUnauthenticated) {
+	if _, err := a.Authenticate(ctx, secret); !errors.Is(err, ErrUnauthenticated) {
 		t.Fatalf("a revoked token: %v, want unauthenticated", err)
 	}
 	// A store that fails leaves the tokens in force.
@@ -255,12 +254,61 @@ func TestAuthenticator(t *testing.T) {
 	if err := a.Refresh(ctx); err == nil {
 		t.Fatal("Refresh on a failing store: no error")
 	}
-	if _, err := a.Authenticate(other); err != nil {
+	if _, err := a.Authenticate(ctx, other); err != nil {
 		t.Fatalf("a valid token while the store is down: %v", err)
 	}
 	// The configuration's name is reserved.
 	store.fail = nil
 	if _, _, err := tokens.Create(ctx, Token{Name: AdminTokenName, Scopes: []Scope{ScopeRead}, Job: "*"}); !errors.Is(err, ErrTokenExists) {
 		t.Fatalf("creating a token named admin: %v, want token_exists", err)
+	}
+}
+
+// TestGuessingTokensCostsTheStoreLittle: unknown tokens are looked up in the store before
+// they are refused, but look-ups at the same time share one read, and reads start at most
+// every LookupInterval, however many guesses arrive.
+func TestGuessingTokensCostsTheStoreLittle(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	store := &fakeTokens{}
+	a := NewAuthenticator(store, "", nil)
+	if err := a.Refresh(ctx); err != nil {
+		t.Fatal(err)
+	}
+	store.mu.Lock()
+	before := store.versions
+	store.mu.Unlock()
+	const guessers, each = 200, 5
+	start := time.Now()
+	var wg sync.WaitGroup
+	var accepted atomic.Int64
+	for range guessers {
+		wg.Go(func() {
+			for range each {
+				if _, err := a.Authenticate(ctx, NewTokenSecret()); !errors.Is(err, ErrUnauthenticated) {
+					accepted.Add(1)
+				}
+			}
+		})
+	}
+	wg.Wait()
+	elapsed := time.Since(start)
+	store.mu.Lock()
+	reads := store.versions - before
+	store.mu.Unlock()
+	if accepted.Load() != 0 {
+		t.Fatalf("%d guessed tokens were not refused", accepted.Load())
+	}
+	if most := int(elapsed/LookupInterval) + 1; reads > most || reads == 0 {
+		t.Fatalf("%d guesses read the tokens' version %d times in %v; want from 1 to %d (one every %v at most)",
+			guessers*each, reads, elapsed, most, LookupInterval)
+	}
+	t.Logf("%d guesses in %v: %d reads of the tokens' version", guessers*each, elapsed, reads)
+	// A store that cannot be read for an unknown token: unavailable, not unauthenticated.
+	store.mu.Lock()
+	store.fail = errors.New("down")
+	store.mu.Unlock()
+	if _, err := a.Authenticate(ctx, NewTokenSecret()); !errors.Is(err, ErrUnavailable) {
+		t.Fatalf("an unknown token while the store is down: %v, want unavailable", err)
 	}
 }

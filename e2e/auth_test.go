@@ -81,6 +81,43 @@ func TestAuth(t *testing.T) {
 		}
 	})
 
+	t.Run("a new token at once on the other coordinator", func(t *testing.T) {
+		// Behind a load balancer, a token's first request may reach another coordinator
+		// than the one that created it: it is looked up there, not refused.
+		secret := keep("fresh-api", a.CreateToken(t, harness.TokenSpec{Name: "fresh-api", Scopes: []string{"read"}}))
+		mustAccept(t, b, 1, secret)
+		secret = keep("fresh-cli", harness.CreateTokenCLI(t, dbURL, harness.TokenSpec{Name: "fresh-cli", Scopes: []string{"read"}, Job: "*"}))
+		for i, c := range both {
+			mustAccept(t, c, i, secret)
+		}
+	})
+
+	t.Run("revocation after the database connections were lost", func(t *testing.T) {
+		secret := keep("revoke-cut", a.CreateToken(t, harness.TokenSpec{Name: "revoke-cut", Scopes: []string{"read"}}))
+		for i, c := range both {
+			mustAccept(t, c, i, secret)
+		}
+		// Every connection of both coordinators to the database is cut (the listener's
+		// among them); they connect again by themselves.
+		conn, err := pgx.Connect(context.Background(), dbURL)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer conn.Close(context.Background())
+		var cut int
+		if err := conn.QueryRow(context.Background(), `SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity
+			WHERE datname = current_database() AND pid <> pg_backend_pid()`).Scan(&cut); err != nil || cut == 0 {
+			t.Fatalf("cut the coordinators' connections: %d cut, %v", cut, err)
+		}
+		sent := time.Now()
+		harness.TokenCommand(t, dbURL, "revoke", "revoke-cut")
+		for i, at := range untilRefused(t, both, secret, sent) {
+			if !at.IsZero() && at.Sub(sent) > revocationBound {
+				t.Errorf("coordinator %d still accepted the token revoked after its connections were cut %s later", i+1, at.Sub(sent))
+			}
+		}
+	})
+
 	t.Run("revocation through the token command", func(t *testing.T) {
 		// Created and revoked on the database directly, with no coordinator involved.
 		secret := keep("revoke-cli", harness.CreateTokenCLI(t, dbURL, harness.TokenSpec{Name: "revoke-cli", Scopes: []string{"read"}, Job: "auth-*"}))

@@ -295,3 +295,52 @@ func retentionCheck(t *testing.T, ctx context.Context, conn *pgx.Conn, when stri
 	check("votes of the expired checkpoints left", oldVotes, old)
 	check("keys of the expired checkpoints left", oldKeys, oldKeyd)
 }
+
+// TestLastCheckpointOutlivesRetention: when retention deletes a job's highest checkpoint
+// (an aborted one that owed nothing), the job still shows it as its last checkpoint, in
+// its view and in the list of jobs, and the next checkpoint gets the next id. Through the
+// binary: a second coordinator's start-up pass deletes it.
+func TestLastCheckpointOutlivesRetention(t *testing.T) {
+	t.Parallel()
+	dbURL := pgtest.URL(t)
+	first := harness.StartCoordinator(t, dbURL)
+	a := newAPI(first)
+	a.mustDo(t, "PUT", jobPath("short"), `{"participants":["a"],"retention_ms":1000}`, http.StatusCreated, nil)
+	epoch := a.register(t, "short", "a").Epoch
+	a.prepare(t, "short", `{}`) // 1: committed, the last committed: kept
+	a.vote(t, "short", 1, "a", epoch, `["t1"]`)
+	a.ack(t, "short", 1, "a", epoch)
+	a.prepare(t, "short", `{}`) // 2: aborted with no prepared vote: deleted once expired
+	a.mustDo(t, "PUT", votePath("short", 2, "a"), abortVoteBody(epoch, "no"), http.StatusOK, nil)
+	time.Sleep(1100 * time.Millisecond) // 2 expires
+
+	second := harness.StartCoordinator(t, dbURL) // its first retention pass runs at start-up
+	b := newAPI(second)
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		r, err := b.do(context.Background(), "GET", cpPath("short", 2), "")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if r.status == http.StatusGone {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("checkpoint 2 not deleted by retention within 30 s: %d", r.status)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	for _, c := range []*api{a, b} {
+		if j := c.getJob(t, "short"); j.LastCheckpoint == nil || *j.LastCheckpoint != 2 || j.LastCommitted == nil || *j.LastCommitted != 1 {
+			t.Errorf("the job after retention deleted checkpoint 2: last_checkpoint %v, last_committed %v; want 2, 1", j.LastCheckpoint, j.LastCommitted)
+		}
+		var list struct{ Items []job }
+		c.mustDo(t, "GET", "/v1/jobs", "", http.StatusOK, &list)
+		if len(list.Items) != 1 || list.Items[0].LastCheckpoint == nil || *list.Items[0].LastCheckpoint != 2 {
+			t.Errorf("the list of jobs after retention: %+v; want short with last_checkpoint 2", list.Items)
+		}
+	}
+	if cp := b.prepare(t, "short", `{}`); cp.Id != 3 {
+		t.Errorf("the checkpoint opened after retention deleted 2: id %d, want 3", cp.Id)
+	}
+}

@@ -111,15 +111,22 @@ func TestMigrationKeepsRollbacksOwed(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer conn.Close(context.Background())
-	down, err := fs.ReadFile(migrations.Postgres, "postgres/000010_owed_rollback_on_checkpoint.down.sql")
-	if err != nil {
-		t.Fatal(err)
+	var downs []string
+	for _, name := range []string{"000011_last_checkpoint_kept", "000010_owed_rollback_on_checkpoint"} {
+		down, err := fs.ReadFile(migrations.Postgres, "postgres/"+name+".down.sql")
+		if err != nil {
+			t.Fatal(err)
+		}
+		downs = append(downs, string(down))
 	}
 	for _, stmt := range []string{
-		string(down),
+		downs[0], downs[1],
 		"UPDATE schema_migrations SET version = 9, dirty = false",
 		`INSERT INTO jobs (name, participants, checkpoint_timeout_ms, max_concurrent_checkpoints, auto_commit, created_at, updated_at, seq)
 		 VALUES ('j', '{pa,pb}', 60000, 1, true, now(), now(), 3)`,
+		// A job created again after a deletion, with no checkpoint since: it shows none.
+		`INSERT INTO jobs (name, participants, checkpoint_timeout_ms, max_concurrent_checkpoints, auto_commit, created_at, updated_at, seq)
+		 VALUES ('k', '{pa}', 60000, 1, true, now(), now(), 5)`,
 		`INSERT INTO participant_epochs (job, participant, epoch) VALUES ('j', 'pa', 1), ('j', 'pb', 1)`,
 		// 1: aborted, pa's prepared vote unacked; 2: aborted, pa's acked; 3: committed.
 		`INSERT INTO checkpoints (job, id, status, auto_commit, created_at, deadline, decided_at, completed_at)
@@ -158,5 +165,14 @@ func TestMigrationKeepsRollbacksOwed(t *testing.T) {
 	p, err := coordinator.NewService(st, nil).Pending(ctx, "j", "pa", 0, 0)
 	if err != nil || len(p.Items) != 1 || p.Items[0].Checkpoint != 1 || p.Items[0].Action != coordinator.ActionAbort {
 		t.Fatalf("pending of pa after the upgrade: %+v, %v; want the abort of checkpoint 1", p, err)
+	}
+	// The last checkpoint, now kept by the job: 3 for j, none for k (as before the upgrade).
+	j, err := st.GetJob(ctx, "j")
+	if err != nil || j.LastCheckpoint == nil || *j.LastCheckpoint != 3 {
+		t.Fatalf("job j after the upgrade: %+v, %v; want last checkpoint 3", j, err)
+	}
+	k, err := st.GetJob(ctx, "k")
+	if err != nil || k.LastCheckpoint != nil || k.Seq != 5 {
+		t.Fatalf("job k after the upgrade: %+v, %v; want no last checkpoint, seq 5", k, err)
 	}
 }

@@ -26,8 +26,10 @@ const jobColumns = `j.name, j.participants, j.checkpoint_timeout_ms, j.max_concu
 	ARRAY(SELECT e.participant FROM participant_epochs e WHERE e.job = j.name ORDER BY e.participant),
 	ARRAY(SELECT e.epoch FROM participant_epochs e WHERE e.job = j.name ORDER BY e.participant)`
 
+// The last checkpoint is the highest id issued since the job was created (its seq, once it
+// passed created_seq), not the highest still stored: retention may have deleted that one.
 const jobViewColumns = jobColumns + `,
-	(SELECT max(c.id) FROM checkpoints c WHERE c.job = j.name),
+	CASE WHEN j.seq > j.created_seq THEN j.seq END,
 	(SELECT max(c.id) FROM checkpoints c WHERE c.job = j.name AND c.status IN ('committing', 'committed'))`
 
 // jobRowColumns are the job's own columns, scanned by jobRow.
@@ -53,6 +55,7 @@ const putJobUpsertSQL = `
 				max_concurrent_checkpoints = EXCLUDED.max_concurrent_checkpoints,
 				auto_commit = EXCLUDED.auto_commit,
 				created_at = CASE WHEN j.deleted THEN EXCLUDED.created_at ELSE j.created_at END,
+				created_seq = CASE WHEN j.deleted THEN j.seq ELSE j.created_seq END,
 				updated_at = EXCLUDED.updated_at,
 				deleted = false,
 				version = j.version + 1

@@ -21,8 +21,10 @@ const jobColumns = `j.name, j.participants, j.checkpoint_timeout_ms, j.max_concu
 	(SELECT json_group_object(e.participant, e.epoch) FROM participant_epochs e WHERE e.job = j.name)`
 
 // jobViewColumns are jobColumns and the job's last checkpoint and last committed one.
+// The last checkpoint is the highest id issued since the job was created (its seq, once it
+// passed created_seq), not the highest still stored: retention may have deleted that one.
 const jobViewColumns = jobColumns + `,
-	(SELECT max(c.id) FROM checkpoints c WHERE c.job = j.name),
+	CASE WHEN j.seq > j.created_seq THEN j.seq END,
 	(SELECT max(c.id) FROM checkpoints c WHERE c.job = j.name AND c.status IN ('committing', 'committed'))`
 
 // Jobs
@@ -41,6 +43,7 @@ const putJobUpsertSQL = `
 		max_concurrent_checkpoints = excluded.max_concurrent_checkpoints,
 		auto_commit = excluded.auto_commit,
 		created_at = CASE WHEN jobs.deleted THEN excluded.created_at ELSE jobs.created_at END,
+		created_seq = CASE WHEN jobs.deleted THEN jobs.seq ELSE jobs.created_seq END,
 		updated_at = excluded.updated_at,
 		deleted = 0`
 

@@ -375,6 +375,27 @@ func testRetention(t *testing.T, b *bundle) {
 	if cp, err := b.store.GetCheckpoint(b.ctx, "last", 1); err != nil || cp == nil {
 		t.Fatalf("the last committed checkpoint of job last: %v, %v; want it kept", cp, err)
 	}
+	// Retention deleted last's highest checkpoint (2, aborted, owing nothing): the job still
+	// shows it as its last checkpoint, in its view and in the list, and the next is 3.
+	for _, j := range func() []*coordinator.Job {
+		one, err := b.svc.GetJob(b.ctx, "last")
+		if err != nil {
+			t.Fatal(err)
+		}
+		all, _, err := b.svc.ListJobs(b.ctx, "last", "", 10)
+		if err != nil || len(all) != 1 {
+			t.Fatalf("ListJobs(last): %v, %v", all, err)
+		}
+		return []*coordinator.Job{one, all[0]}
+	}() {
+		if fmtIDPtr(j.LastCheckpoint) != "2" || fmtIDPtr(j.LastCommitted) != "1" {
+			t.Fatalf("job last after retention deleted its checkpoint 2: last_checkpoint %s, last_committed %s; want 2, 1",
+				fmtIDPtr(j.LastCheckpoint), fmtIDPtr(j.LastCommitted))
+		}
+	}
+	if id := b.prepare("last").ID; id != 3 {
+		t.Fatalf("the checkpoint opened after retention deleted 2: %d, want 3", id)
+	}
 	if n, _, _, _ := b.store.DeleteExpired(b.ctx, []string{"forever"}, 100); n != 0 {
 		t.Fatalf("retention 0 deleted %d", n)
 	}

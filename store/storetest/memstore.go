@@ -33,13 +33,16 @@ type memKey struct {
 }
 
 type memState struct {
-	jobs   map[string]*coordinator.Job
-	seqs   map[string]int64
-	epochs map[string]map[string]int64
-	cps    map[string]map[int64]*coordinator.Checkpoint
-	idem   map[string]map[string]coordinator.IdempotencyRecord
-	global int64
-	audit  []coordinator.AuditEntry
+	jobs map[string]*coordinator.Job
+	seqs map[string]int64
+	// createdSeqs are each job's seq when it was created (again): its last checkpoint is
+	// its seq once past it, whatever retention deleted.
+	createdSeqs map[string]int64
+	epochs      map[string]map[string]int64
+	cps         map[string]map[int64]*coordinator.Checkpoint
+	idem        map[string]map[string]coordinator.IdempotencyRecord
+	global      int64
+	audit       []coordinator.AuditEntry
 }
 
 var _ coordinator.Store = (*memStore)(nil)
@@ -47,11 +50,12 @@ var _ coordinator.Store = (*memStore)(nil)
 func newMemStore() *memStore {
 	return &memStore{
 		state: &memState{
-			jobs:   map[string]*coordinator.Job{},
-			seqs:   map[string]int64{},
-			epochs: map[string]map[string]int64{},
-			cps:    map[string]map[int64]*coordinator.Checkpoint{},
-			idem:   map[string]map[string]coordinator.IdempotencyRecord{},
+			jobs:        map[string]*coordinator.Job{},
+			seqs:        map[string]int64{},
+			createdSeqs: map[string]int64{},
+			epochs:      map[string]map[string]int64{},
+			cps:         map[string]map[int64]*coordinator.Checkpoint{},
+			idem:        map[string]map[string]coordinator.IdempotencyRecord{},
 		},
 	}
 }
@@ -66,13 +70,14 @@ func cloneCheckpoint(cp *coordinator.Checkpoint) *coordinator.Checkpoint {
 
 func (s *memState) clone() *memState {
 	out := &memState{
-		jobs:   map[string]*coordinator.Job{},
-		seqs:   maps.Clone(s.seqs),
-		epochs: map[string]map[string]int64{},
-		cps:    map[string]map[int64]*coordinator.Checkpoint{},
-		idem:   map[string]map[string]coordinator.IdempotencyRecord{},
-		global: s.global,
-		audit:  slices.Clone(s.audit),
+		jobs:        map[string]*coordinator.Job{},
+		seqs:        maps.Clone(s.seqs),
+		createdSeqs: maps.Clone(s.createdSeqs),
+		epochs:      map[string]map[string]int64{},
+		cps:         map[string]map[int64]*coordinator.Checkpoint{},
+		idem:        map[string]map[string]coordinator.IdempotencyRecord{},
+		global:      s.global,
+		audit:       slices.Clone(s.audit),
 	}
 	for k, j := range s.jobs {
 		c := *j
@@ -108,10 +113,11 @@ func (s *memState) job(name string) *coordinator.Job {
 
 func (s *memState) shown(name string) *coordinator.Job {
 	j := s.job(name)
+	if j.Seq > s.createdSeqs[name] {
+		last := j.Seq
+		j.LastCheckpoint = &last
+	}
 	for id, cp := range s.cps[name] {
-		if j.LastCheckpoint == nil || id > *j.LastCheckpoint {
-			j.LastCheckpoint = &id
-		}
 		if (cp.Status == coordinator.StatusCommitting || cp.Status == coordinator.StatusCommitted) && (j.LastCommitted == nil || id > *j.LastCommitted) {
 			j.LastCommitted = &id
 		}
@@ -200,6 +206,7 @@ func (s *memStore) PutJob(ctx context.Context, name string, cfg coordinator.JobC
 	if !ok {
 		j = &coordinator.Job{Name: name, CreatedAt: now}
 		s.state.jobs[name] = j
+		s.state.createdSeqs[name] = s.state.seqs[name]
 	}
 	j.Config, j.UpdatedAt = cfg, now
 	if audit != nil {

@@ -394,7 +394,7 @@ type Job struct {
 	// Epochs Each configured participant's current epoch (0 = never registered).
 	Epochs map[string]int64 `json:"epochs"`
 
-	// LastCheckpoint Highest checkpoint id, null if none.
+	// LastCheckpoint The highest checkpoint id issued since the job was created, null if none, whether or not retention has deleted that checkpoint since (the next one opened is this plus one).
 	LastCheckpoint *int64 `json:"last_checkpoint"`
 
 	// LastCommitted Highest checkpoint id whose decision is commit (`committing` or `committed`), null

@@ -199,7 +199,7 @@ func (p checkpointPage) visit(w http.ResponseWriter) error {
 			if n > 0 {
 				b = append(b, ',')
 			}
-			if b, err = appendCheckpoint(b, cp, false, ""); err != nil {
+			if b, err = appendCheckpoint(b, cp, false, "", false); err != nil {
 				return err
 			}
 			n++

@@ -303,11 +303,10 @@ type CheckpointParticipant struct {
 	// authentication). Null until acked.
 	AckedBy *string `json:"acked_by"`
 
-	// Committables Opaque JSON values (transaction ids, temp file paths, offsets), stored and returned
-	// exactly as sent: same values, same order.
-	//
-	//
-	// Example: [{"txn":"orders-41"}]
+	// Committables What it voted `prepared` with, exactly as sent; null until it votes. Always present,
+	// but in a minimal answer (`Prefer: return=minimal`) to the participant's own vote or
+	// ack, which leaves them out: the caller sent them, and `pending` returns them after
+	// a restart, so that such an answer does not grow with the committables.
 	Committables Committables `json:"committables"`
 
 	// Epoch The epoch it voted with; null until it votes.
@@ -715,9 +714,14 @@ type GetCheckpointParams struct {
 	// Prefer `return=minimal` (RFC 7240) answers the checkpoint with only one participant's entry
 	// (the voter's, the acker's, or the `participant` query parameter's) and the counts
 	// `votes` and `acks`, instead of every participant with its committables: what a
-	// participant needs, in a size that does not grow with the participants. The answer
-	// then carries `Preference-Applied: return=minimal`; so does a refusal, whose
-	// `checkpoint` member is then as minimal. Other preferences are ignored.
+	// participant needs, in a size that does not grow with the participants. A minimal
+	// answer to a vote or an ack also leaves the caller's own `committables` out (the member
+	// is absent): it sent them, and `pending` returns them after a restart, so the answer's
+	// size does not grow with the committables either; a minimal `GET` with `participant`
+	// keeps them. The answer then carries `Preference-Applied: return=minimal`; so does a
+	// refusal, whose `checkpoint` member is then as minimal, with the participant's
+	// committables as recorded (in a `vote_conflict`, what the first vote sent). Other
+	// preferences are ignored.
 	Prefer *PreferMinimal `json:"Prefer,omitempty"`
 }
 
@@ -726,9 +730,14 @@ type PutAckParams struct {
 	// Prefer `return=minimal` (RFC 7240) answers the checkpoint with only one participant's entry
 	// (the voter's, the acker's, or the `participant` query parameter's) and the counts
 	// `votes` and `acks`, instead of every participant with its committables: what a
-	// participant needs, in a size that does not grow with the participants. The answer
-	// then carries `Preference-Applied: return=minimal`; so does a refusal, whose
-	// `checkpoint` member is then as minimal. Other preferences are ignored.
+	// participant needs, in a size that does not grow with the participants. A minimal
+	// answer to a vote or an ack also leaves the caller's own `committables` out (the member
+	// is absent): it sent them, and `pending` returns them after a restart, so the answer's
+	// size does not grow with the committables either; a minimal `GET` with `participant`
+	// keeps them. The answer then carries `Preference-Applied: return=minimal`; so does a
+	// refusal, whose `checkpoint` member is then as minimal, with the participant's
+	// committables as recorded (in a `vote_conflict`, what the first vote sent). Other
+	// preferences are ignored.
 	Prefer *PreferMinimal `json:"Prefer,omitempty"`
 }
 
@@ -743,9 +752,14 @@ type PutVoteParams struct {
 	// Prefer `return=minimal` (RFC 7240) answers the checkpoint with only one participant's entry
 	// (the voter's, the acker's, or the `participant` query parameter's) and the counts
 	// `votes` and `acks`, instead of every participant with its committables: what a
-	// participant needs, in a size that does not grow with the participants. The answer
-	// then carries `Preference-Applied: return=minimal`; so does a refusal, whose
-	// `checkpoint` member is then as minimal. Other preferences are ignored.
+	// participant needs, in a size that does not grow with the participants. A minimal
+	// answer to a vote or an ack also leaves the caller's own `committables` out (the member
+	// is absent): it sent them, and `pending` returns them after a restart, so the answer's
+	// size does not grow with the committables either; a minimal `GET` with `participant`
+	// keeps them. The answer then carries `Preference-Applied: return=minimal`; so does a
+	// refusal, whose `checkpoint` member is then as minimal, with the participant's
+	// committables as recorded (in a `vote_conflict`, what the first vote sent). Other
+	// preferences are ignored.
 	Prefer *PreferMinimal `json:"Prefer,omitempty"`
 }
 

@@ -258,6 +258,14 @@ func checkpointAnswer(cp *coordinator.Checkpoint, prefer *string, participant st
 	return jsonResponse{status: http.StatusOK, checkpoint: cp, minimal: true, participant: participant}
 }
 
+// callerAnswer is checkpointAnswer to participant's own vote or ack: minimal, it leaves the
+// committables the caller sent out, so that its size does not grow with them.
+func callerAnswer(cp *coordinator.Checkpoint, prefer *string, participant string) jsonResponse {
+	answer := checkpointAnswer(cp, prefer, participant)
+	answer.fromCaller = true
+	return answer
+}
+
 // minimalBody is cp's view with only participant's entry and the counts of votes and acks.
 func minimalBody(cp *coordinator.Checkpoint, participant string) Checkpoint {
 	var own []coordinator.ParticipantState

@@ -25,8 +25,9 @@ import (
 
 // appendCheckpoint appends cp's answer: the JSON encoding of checkpointBody(cp), or with
 // minimal of minimalBody(cp, participant), written from cp itself, without the model's
-// copies of every time and optional string.
-func appendCheckpoint(b []byte, cp *coordinator.Checkpoint, minimal bool, participant string) ([]byte, error) {
+// copies of every time and optional string. With minimal and fromCaller (the answer to
+// participant's own vote or ack) its entry leaves its committables out.
+func appendCheckpoint(b []byte, cp *coordinator.Checkpoint, minimal bool, participant string, fromCaller bool) ([]byte, error) {
 	var err error
 	var votes VoteCounts
 	var acks AckCounts
@@ -79,7 +80,7 @@ func appendCheckpoint(b []byte, cp *coordinator.Checkpoint, minimal bool, partic
 			b = append(b, ',')
 		}
 		first = false
-		if b, err = appendParticipant(b, p); err != nil {
+		if b, err = appendParticipant(b, p, !(minimal && fromCaller)); err != nil {
 			return b, err
 		}
 	}
@@ -97,8 +98,9 @@ func appendCheckpoint(b []byte, cp *coordinator.Checkpoint, minimal bool, partic
 	return append(b, '}'), nil
 }
 
-// appendParticipant appends the encoding of p's entry in checkpointBody.
-func appendParticipant(b []byte, p *coordinator.ParticipantState) ([]byte, error) {
+// appendParticipant appends the encoding of p's entry in checkpointBody, without its
+// committables unless withCommittables.
+func appendParticipant(b []byte, p *coordinator.ParticipantState, withCommittables bool) ([]byte, error) {
 	var err error
 	b = append(b, `{"acked_at":`...)
 	if b, err = appendOptionalTime(b, p.AckedAt); err != nil {
@@ -106,8 +108,10 @@ func appendParticipant(b []byte, p *coordinator.ParticipantState) ([]byte, error
 	}
 	b = append(b, `,"acked_by":`...)
 	b = appendNullableString(b, p.AckedBy)
-	b = append(b, `,"committables":`...)
-	b = append(b, committables(p.Committables)...)
+	if withCommittables {
+		b = append(b, `,"committables":`...)
+		b = append(b, committables(p.Committables)...)
+	}
 	b = append(b, `,"epoch":`...)
 	if p.Vote == "" {
 		b = append(b, "null"...)

@@ -2,6 +2,7 @@ package api
 
 import (
 	"encoding/json"
+	"strings"
 	"testing"
 )
 
@@ -78,5 +79,74 @@ func testMinimalAnswers(t *testing.T) {
 	// Another preference alone is ignored.
 	if a := b.call(t, "GET", "/v1/jobs/j/checkpoints/1", "", "", "Prefer", "return=representation"); a.header.Get("Preference-Applied") != "" {
 		t.Fatalf("return=representation: Preference-Applied %q", a.header.Get("Preference-Applied"))
+	}
+}
+
+func TestMinimalAnswerLeavesTheCallersCommittablesOut(t *testing.T) {
+	onEachStore(t, testMinimalAnswerLeavesTheCallersCommittablesOut)
+}
+
+// A minimal answer to a vote or an ack leaves out the committables its caller sent, so
+// that its size does not grow with them; the full view, a minimal read naming the
+// participant, a refusal's checkpoint and pending still carry them exactly as sent.
+func testMinimalAnswerLeavesTheCallersCommittablesOut(t *testing.T) {
+	b := setup(t)
+	b.job(t, "j", `{"participants":["a","b"]}`, "a", "b")
+	b.call(t, "POST", "/v1/jobs/j/checkpoints", "", "").ok(t, 201, nil)
+	big := `[{"txn":"` + strings.Repeat("x", 16<<10) + `"},2]`
+	entries := func(a answer) []map[string]json.RawMessage {
+		t.Helper()
+		var cp struct{ Participants []map[string]json.RawMessage }
+		if err := json.Unmarshal(a.body, &cp); err != nil || a.status != 200 {
+			t.Fatalf("%d %s", a.status, a.body)
+		}
+		return cp.Participants
+	}
+	vote := b.json(t, "PUT", votePathOf("j", 1, "a"), `{"epoch":1,"vote":"prepared","committables":`+big+`}`, "Prefer", "return=minimal")
+	if e := entries(vote); len(e) != 1 || e[0]["committables"] != nil || len(vote.body) > 1024 {
+		t.Fatalf("the minimal answer to a's vote: %d bytes, %s; want a's entry without committables", len(vote.body), vote.body)
+	}
+	b.json(t, "PUT", votePathOf("j", 1, "b"), `{"epoch":1,"vote":"prepared","committables":["b"]}`).ok(t, 200, nil)
+	ack := b.json(t, "PUT", ackPathOf("j", 1, "a"), `{"epoch":1}`, "Prefer", "return=minimal")
+	if e := entries(ack); len(e) != 1 || e[0]["committables"] != nil || len(ack.body) > 1024 {
+		t.Fatalf("the minimal answer to a's ack: %d bytes, %s; want a's entry without committables", len(ack.body), ack.body)
+	}
+	// The same vote again (idempotent) answers minimal without them too.
+	again := b.json(t, "PUT", votePathOf("j", 1, "a"), `{"epoch":1,"vote":"prepared","committables":`+big+`}`, "Prefer", "return=minimal")
+	if again.status != 409 && (len(entries(again)) != 1 || entries(again)[0]["committables"] != nil) {
+		t.Fatalf("the repeated vote's minimal answer: %s", again.body)
+	}
+	// Everything else keeps them, byte for byte.
+	read := b.call(t, "GET", "/v1/jobs/j/checkpoints/1?participant=a", "", "", "Prefer", "return=minimal")
+	if e := entries(read); len(e) != 1 || string(e[0]["committables"]) != big {
+		t.Fatalf("a minimal read of a's entry: %.200s", read.body)
+	}
+	full := b.call(t, "GET", "/v1/jobs/j/checkpoints/1", "", "")
+	if e := entries(full); len(e) != 2 || string(e[0]["committables"]) != big || string(e[1]["committables"]) != `["b"]` {
+		t.Fatalf("the full view: %.200s", full.body)
+	}
+	fullVote := b.json(t, "PUT", votePathOf("j", 1, "b"), `{"epoch":1,"vote":"prepared","committables":["b"]}`)
+	if e := entries(fullVote); len(e) != 2 || string(e[1]["committables"]) != `["b"]` {
+		t.Fatalf("a vote's full answer: %.200s", fullVote.body)
+	}
+	// A conflicting vote's minimal refusal shows what was recorded.
+	conflict := b.json(t, "PUT", votePathOf("j", 1, "b"), `{"epoch":1,"vote":"prepared","committables":["other"]}`, "Prefer", "return=minimal")
+	var p struct {
+		Status     int
+		Checkpoint struct{ Participants []map[string]json.RawMessage }
+	}
+	if err := json.Unmarshal(conflict.body, &p); err != nil || len(p.Checkpoint.Participants) != 1 || string(p.Checkpoint.Participants[0]["committables"]) != `["b"]` {
+		t.Fatalf("a conflicting vote's minimal refusal: %s", conflict.body)
+	}
+	// After a restart a participant learns what it sent from pending.
+	b.call(t, "POST", "/v1/jobs/j/checkpoints", "", "").ok(t, 201, nil)
+	b.json(t, "PUT", votePathOf("j", 2, "a"), `{"epoch":1,"vote":"prepared","committables":`+big+`}`, "Prefer", "return=minimal").ok(t, 200, nil)
+	b.json(t, "PUT", votePathOf("j", 2, "b"), `{"epoch":1,"vote":"abort"}`).ok(t, 200, nil)
+	var pending struct{ Items []map[string]json.RawMessage }
+	if err := json.Unmarshal(b.call(t, "GET", "/v1/jobs/j/participants/a/pending", "", "").body, &pending); err != nil {
+		t.Fatal(err)
+	}
+	if len(pending.Items) != 1 || string(pending.Items[0]["committables"]) != big {
+		t.Fatalf("a's pending after its minimal vote: %d items", len(pending.Items))
 	}
 }

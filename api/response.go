@@ -254,6 +254,9 @@ type jsonResponse struct {
 	participant string
 	// minimal says the answer applied Prefer: return=minimal.
 	minimal bool
+	// fromCaller says participant is the caller, answered on its own vote or ack: a minimal
+	// answer then leaves its committables out (it sent them).
+	fromCaller bool
 	// shed says the answer is a read that may be refused when large answers in flight hold
 	// their bound (answers.go).
 	shed bool
@@ -269,7 +272,7 @@ func (r jsonResponse) visit(w http.ResponseWriter) error {
 	switch {
 	case r.checkpoint != nil:
 		return writeAppended(w, "application/json", r.status, r.shed, func(b []byte) ([]byte, error) {
-			return appendCheckpoint(b, r.checkpoint, r.minimal, r.participant)
+			return appendCheckpoint(b, r.checkpoint, r.minimal, r.participant, r.fromCaller)
 		})
 	case r.body == nil:
 		w.WriteHeader(r.status)

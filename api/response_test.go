@@ -171,12 +171,28 @@ func TestAnswersEncodedAsEncodingJSONWould(t *testing.T) {
 				model = minimalBody(cp, participant)
 			}
 			want, wantErr := encodingJSON(model)
-			got, err := appendCheckpoint(nil, cp, minimal, participant)
+			got, err := appendCheckpoint(nil, cp, minimal, participant, false)
 			if (err != nil) != (wantErr != nil) {
 				t.Fatalf("appendCheckpoint (minimal %v): error %v; encoding/json's: %v", minimal, err, wantErr)
 			}
 			if err == nil && !bytes.Equal(append(got, '\n'), want) {
 				t.Fatalf("appendCheckpoint (minimal %v) wrote\n%q\nencoding/json writes for the model\n%q", minimal, got, want)
+			}
+			// The answer to the participant's own vote or ack: minimal, it is the same but
+			// for its entries' committables; full, the same.
+			fromCaller, err := appendCheckpoint(nil, cp, minimal, participant, true)
+			if err != nil {
+				continue
+			}
+			if minimal {
+				for _, p := range cp.Participants {
+					if p.Name == participant {
+						got = bytes.Replace(got, []byte(`,"committables":`+string(committables(p.Committables))), nil, 1)
+					}
+				}
+			}
+			if !bytes.Equal(fromCaller, got) {
+				t.Fatalf("appendCheckpoint (minimal %v) to the caller wrote\n%q\nwant\n%q", minimal, fromCaller, got)
 			}
 		}
 
@@ -219,7 +235,7 @@ func TestAnswerWithAnUnencodableTimeIsAnError(t *testing.T) {
 	if _, err := json.Marshal(checkpointBody(cp)); err == nil {
 		t.Fatal("encoding/json encodes the year 10000; the test's premise is wrong")
 	}
-	if _, err := appendCheckpoint(nil, cp, false, ""); err == nil {
+	if _, err := appendCheckpoint(nil, cp, false, "", false); err == nil {
 		t.Fatal("appendCheckpoint encoded the year 10000; want an error")
 	}
 	w := httptest.NewRecorder()

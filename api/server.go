@@ -294,7 +294,7 @@ func (s *server) PutVote(ctx context.Context, req PutVoteRequestObject) (PutVote
 	if err != nil {
 		return nil, err
 	}
-	return checkpointAnswer(cp, req.Params.Prefer, req.Participant), nil
+	return callerAnswer(cp, req.Params.Prefer, req.Participant), nil
 }
 
 func (s *server) CommitCheckpoint(ctx context.Context, req CommitCheckpointRequestObject) (CommitCheckpointResponseObject, error) {
@@ -381,7 +381,7 @@ func (s *server) PutAck(ctx context.Context, req PutAckRequestObject) (PutAckRes
 	if err != nil {
 		return nil, err
 	}
-	return checkpointAnswer(cp, req.Params.Prefer, req.Participant), nil
+	return callerAnswer(cp, req.Params.Prefer, req.Participant), nil
 }
 
 // checkPageLimit refuses a page size out of range, as the service would: a page of

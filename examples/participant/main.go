@@ -1,15 +1,18 @@
-// Command participant is the README's Go participant: it creates the job "orders", opens
-// one of its checkpoints every second and takes part in each as "pg-sink", until SIGINT
-// or SIGTERM.
+// Command participant is the README's Go participant: it takes part as "pg-sink" in
+// every checkpoint of the job "orders", until SIGINT or SIGTERM. With a token that may
+// (an operator's, or none when authentication is off) it also creates the job and opens a
+// checkpoint every second; with a participant token, whoever runs the pipeline does that.
 package main
 
 import (
 	"cmp"
 	"context"
+	"crypto/x509"
 	"errors"
 	"flag"
 	"fmt"
 	"log/slog"
+	"net/http"
 	"os"
 	"os/signal"
 	"syscall"
@@ -46,11 +49,12 @@ func (s *pgSink) Abort(ctx context.Context, checkpoint int64, cs []txn) error {
 func main() {
 	url := flag.String("url", cmp.Or(os.Getenv("COORDINATOR_URL"), "http://127.0.0.1:8080"),
 		"the coordinator's URL (or set COORDINATOR_URL)")
+	caFile := flag.String("ca-file", "", "PEM file of the CA that signed the coordinator's certificate, for https://")
 	flag.Parse()
 	// Debug shows each vote and ack; without a Logger the library logs nothing.
 	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	err := run(ctx, *url, log)
+	err := run(ctx, *url, *caFile, log)
 	stop()
 	if err != nil && !errors.Is(err, context.Canceled) { // Canceled: stopped by a signal
 		log.Error("participant stopped", "error", err)
@@ -58,26 +62,42 @@ func main() {
 	}
 }
 
-func run(ctx context.Context, url string, log *slog.Logger) error {
-	// With authentication on, the token of this participant (or one that may do what it does):
-	// the example's PutJob and Trigger need the operator scope, the Runner its participant's.
-	coord, err := coordinatorclient.NewCoordinator(url, coordinatorclient.Options{Logger: log, Token: os.Getenv("COORDINATOR_TOKEN")})
+func run(ctx context.Context, url, caFile string, log *slog.Logger) error {
+	opts := coordinatorclient.Options{Logger: log, Token: os.Getenv("COORDINATOR_TOKEN")}
+	if caFile != "" {
+		pem, err := os.ReadFile(caFile)
+		if err != nil {
+			return err
+		}
+		opts.RootCAs = x509.NewCertPool()
+		if !opts.RootCAs.AppendCertsFromPEM(pem) {
+			return fmt.Errorf("%s holds no PEM certificate", caFile)
+		}
+	}
+	coord, err := coordinatorclient.NewCoordinator(url, opts)
 	if err != nil {
 		return err
 	}
 	// The job must exist before anyone registers; putting the same configuration again
-	// changes nothing.
+	// changes nothing. A participant token may not: then the job is someone else's to
+	// create and to trigger.
 	job := coordinatorclient.JobConfig{Participants: []string{"pg-sink"}}
-	if _, err := coord.PutJob(ctx, "orders", job); err != nil {
-		return err
-	}
-	// One Trigger per job opens its checkpoints; if it fails, the runner stops too.
 	ctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
-	trigger := &coordinatorclient.Trigger{
-		Coordinator: coord, Job: "orders", Interval: time.Second, Logger: log,
+	_, err = coord.PutJob(ctx, "orders", job)
+	var refused *coordinatorclient.APIError
+	switch {
+	case errors.As(err, &refused) && refused.StatusCode == http.StatusForbidden:
+		log.Info("this token only takes part: the job is created and triggered elsewhere")
+	case err != nil:
+		return err
+	default:
+		// One Trigger per job opens its checkpoints; if it fails, the runner stops too.
+		trigger := &coordinatorclient.Trigger{
+			Coordinator: coord, Job: "orders", Interval: time.Second, Logger: log,
+		}
+		go func() { cancel(trigger.Run(ctx)) }()
 	}
-	go func() { cancel(trigger.Run(ctx)) }()
 
 	var sink coordinatorclient.Participant[txn] = &pgSink{}
 	r := coordinatorclient.NewRunner(coord, "orders", "pg-sink", sink, coordinatorclient.RunnerOptions{Logger: log})

@@ -113,8 +113,9 @@ func TestProgramCommitsCheckpoints(t *testing.T) {
 }
 
 // runProgram runs the program until the job's last committed checkpoint has grown by two,
-// then stops it with sig and checks that it exited 0 as epoch epoch of pg-sink.
-func runProgram(ctx context.Context, t *testing.T, coord *cc.Coordinator, epoch int64, env, args []string, sig os.Signal) {
+// then stops it with sig and checks that it exited 0 as epoch epoch of pg-sink; it returns the
+// program's log.
+func runProgram(ctx context.Context, t *testing.T, coord *cc.Coordinator, epoch int64, env, args []string, sig os.Signal) string {
 	t.Helper()
 	var before int64
 	if job, err := coord.Job(ctx, "orders"); err == nil && job.LastCommitted != nil {
@@ -176,11 +177,52 @@ func runProgram(ctx context.Context, t *testing.T, coord *cc.Coordinator, epoch 
 			t.Errorf("the program's log has no %s:\n%s", want, stderr.String())
 		}
 	}
+	return stderr.String()
+}
+
+// The program with a participant token: it may not create the job nor open checkpoints,
+// so it only takes part, in the checkpoints that an operator opens.
+func TestProgramRunsWithAParticipantToken(t *testing.T) {
+	if runtime.GOOS == "windows" {
+		t.Skip("sends SIGTERM")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	const admin = "the-admin-token-of-this-test-0123456789"
+	url, tokens := startCoordinatorWithAuth(ctx, t, admin)
+	operator, err := cc.NewCoordinator(url, cc.Options{Token: admin, MaxAttempts: 3})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := operator.PutJob(ctx, "orders", cc.JobConfig{Participants: []string{"pg-sink"}}); err != nil {
+		t.Fatal(err)
+	}
+	_, secret, err := tokens.Create(ctx, coordinator.Token{Name: "orders-pg-sink", Scopes: []coordinator.Scope{coordinator.ScopeParticipant},
+		Job: "orders", Participant: "pg-sink"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	triggerCtx, stopTrigger := context.WithCancel(ctx)
+	defer stopTrigger()
+	go func() {
+		_ = (&cc.Trigger{Coordinator: operator, Job: "orders", Interval: 100 * time.Millisecond}).Run(triggerCtx)
+	}()
+	stderr := runProgram(ctx, t, operator, 1, []string{"COORDINATOR_URL=" + url, "COORDINATOR_TOKEN=" + secret}, nil, syscall.SIGTERM)
+	if !strings.Contains(stderr, "this token only takes part") {
+		t.Errorf("the program did not say it only takes part:\n%s", stderr)
+	}
 }
 
 // startCoordinator serves a coordinator on the embedded store in a temporary directory, on
 // 127.0.0.1 and a free port, until the test ends, as cmd/coordinator does.
 func startCoordinator(ctx context.Context, t *testing.T) string {
+	url, _ := startCoordinatorWithAuth(ctx, t, "")
+	return url
+}
+
+// startCoordinatorWithAuth is startCoordinator with authentication on when admin is not
+// empty, and the tokens of its store.
+func startCoordinatorWithAuth(ctx context.Context, t *testing.T, admin string) (string, *coordinator.Tokens) {
 	t.Helper()
 	store, err := sqlite.Open(ctx, t.TempDir(), sqlite.Options{Migrate: true})
 	if err != nil {
@@ -191,14 +233,23 @@ func startCoordinator(ctx context.Context, t *testing.T) string {
 	sweepCtx, stopSweeper := context.WithCancel(context.Background())
 	sweeper := make(chan struct{})
 	go func() { defer close(sweeper); svc.RunSweeper(sweepCtx, 100*time.Millisecond) }()
-	srv := httptest.NewServer(api.NewHandler(svc, api.Options{
-		Logger: slog.New(slog.DiscardHandler), RequestTimeout: 30 * time.Second,
-	}))
+	opts := api.Options{Logger: slog.New(slog.DiscardHandler), RequestTimeout: 30 * time.Second}
+	var tokens *coordinator.Tokens
+	if admin != "" {
+		var ts coordinator.TokenStore = store
+		opts.Auth = coordinator.NewAuthenticator(ts, admin, nil)
+		if err := opts.Auth.Refresh(ctx); err != nil {
+			t.Fatal(err)
+		}
+		tokens = coordinator.NewTokens(ts)
+		opts.Tokens = tokens
+	}
+	srv := httptest.NewServer(api.NewHandler(svc, opts))
 	t.Cleanup(func() {
 		svc.EndWaits()
 		srv.Close()
 		stopSweeper()
 		<-sweeper
 	})
-	return srv.URL
+	return srv.URL, tokens
 }

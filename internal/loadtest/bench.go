@@ -13,6 +13,7 @@ package loadtest
 import (
 	"context"
 	"crypto/rand"
+	"encoding/base64"
 	"encoding/hex"
 	"encoding/json"
 	"errors"
@@ -37,14 +38,17 @@ type benchConfig struct {
 	jobs              int
 	participants      int
 	committablesBytes int
-	duration          time.Duration
-	rounds            int64
-	warmup            time.Duration
-	roundTimeout      time.Duration
-	wait              time.Duration
-	json              bool
-	jobPrefix         string
-	allowErrors       bool
+	// committablesRandom fills the committables with random base64, which neither the
+	// coordinator's nor PostgreSQL's compression can shrink.
+	committablesRandom bool
+	duration           time.Duration
+	rounds             int64
+	warmup             time.Duration
+	roundTimeout       time.Duration
+	wait               time.Duration
+	json               bool
+	jobPrefix          string
+	allowErrors        bool
 
 	floor         bool
 	http2         bool
@@ -94,6 +98,9 @@ func defineBench(cfg *benchConfig) *cli.Settings {
 	flagOnly("participants")
 	fs.IntVar(&cfg.committablesBytes, "committables-bytes", 64, "size in `bytes` of the committables JSON array each vote carries")
 	flagOnly("committables-bytes")
+	fs.BoolVar(&cfg.committablesRandom, "committables-random", false,
+		"fill the committables with random base64 (incompressible) instead of one repeated byte")
+	flagOnly("committables-random")
 	fs.DurationVar(&cfg.duration, "duration", 10*time.Second, "how long (`duration`) to measure, after the warm-up; with --rounds, a cap")
 	flagOnly("duration")
 	fs.Int64Var(&cfg.rounds, "rounds", 0, "measure this `number` of rounds (over all jobs) instead of a duration; 0: use --duration")
@@ -213,6 +220,28 @@ func randomHex(n int) string {
 	b := make([]byte, n)
 	_, _ = rand.Read(b)
 	return hex.EncodeToString(b)
+}
+
+// benchCommittables is the committables of a bench's votes: committablesJSON, or with
+// random randomCommittablesJSON.
+func benchCommittables(n int, random bool) []byte {
+	if random {
+		return randomCommittablesJSON(n)
+	}
+	return committablesJSON(n)
+}
+
+// randomCommittablesJSON returns a compact JSON array of exactly n bytes (n >= 2) whose
+// string is random base64: what compression cannot shrink, as encrypted or already
+// compressed handles would be.
+func randomCommittablesJSON(n int) []byte {
+	if n < 6 {
+		return committablesJSON(n)
+	}
+	raw := make([]byte, (n-4)*3/4+3)
+	_, _ = rand.Read(raw)
+	text := base64.RawURLEncoding.EncodeToString(raw)[:n-4]
+	return []byte(`["` + text + `"]`)
 }
 
 // committablesJSON returns a compact JSON array of exactly n bytes (n >= 2), as a

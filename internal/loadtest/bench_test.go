@@ -322,11 +322,18 @@ func TestHistogramQuantiles(t *testing.T) {
 func TestCommittablesJSONSize(t *testing.T) {
 	t.Parallel()
 	for n := 2; n < 100; n++ {
-		b := committablesJSON(n)
-		var v []any
-		if len(b) != n || json.Unmarshal(b, &v) != nil {
-			t.Errorf("committablesJSON(%d) = %q", n, b)
+		for _, random := range []bool{false, true} {
+			b := benchCommittables(n, random)
+			var v []any
+			if len(b) != n || json.Unmarshal(b, &v) != nil {
+				t.Errorf("benchCommittables(%d, %v) = %q", n, random, b)
+			}
 		}
+	}
+	// Random ones do not repeat: two of 16 KiB share no long run.
+	a, b := randomCommittablesJSON(16<<10), randomCommittablesJSON(16<<10)
+	if bytes.Equal(a[2:66], b[2:66]) || bytes.Count(a, a[2:10]) != 1 {
+		t.Errorf("random committables repeat: %.80s", a)
 	}
 }
 

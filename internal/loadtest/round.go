@@ -79,7 +79,7 @@ func setupJobs(ctx context.Context, c *benchClient, cfg benchConfig) ([]*benchJo
 	if err != nil {
 		return nil, err
 	}
-	committables := committablesJSON(cfg.committablesBytes)
+	committables := benchCommittables(cfg.committablesBytes, cfg.committablesRandom)
 	jobs := make([]*benchJob, cfg.jobs)
 	errs := make([]error, cfg.jobs)
 	var wg sync.WaitGroup

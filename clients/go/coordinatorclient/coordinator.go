@@ -11,6 +11,7 @@ import (
 	"io"
 	"log/slog"
 	"math/rand/v2"
+	"net"
 	"net/http"
 	"strconv"
 	"strings"
@@ -60,9 +61,13 @@ type Options struct {
 
 // Coordinator is a typed connection to a coordinator that retries what can be retried:
 // network errors, 5xx answers (503 honouring Retry-After), 408 and 429, with exponential
-// backoff and jitter, until the call's context ends or MaxAttempts is reached. Every other
-// answer is returned at once as an *APIError, which errors.Is matches against ErrFenced,
-// ErrAlreadyDecided and the other sentinels.
+// backoff and jitter, until the call's context ends or MaxAttempts is reached; from the
+// third attempt on, each retry is logged at warn. Every other answer is returned at once as
+// an *APIError, which errors.Is matches against ErrFenced, ErrAlreadyDecided and the other
+// sentinels (with the start of its body when it is no problem document). A transport error
+// that sending again cannot cure is returned at once too, saying what is wrong: a
+// certificate not trusted, not for the URL's host or expired, plain HTTP on the HTTPS port
+// or TLS on a plain one, a client certificate refused.
 //
 // Every write of the protocol is idempotent when repeated word for word (votes, acks,
 // commit, abort, OpenCheckpoint with an idempotency key), so retrying after a lost answer
@@ -140,8 +145,13 @@ func (c *Coordinator) Client() *ClientWithResponses { return c.client }
 type outcome struct {
 	resp    *http.Response
 	problem *Problem
-	decoded bool // a success body was decoded
+	decoded bool   // a success body was decoded
+	body    []byte // the answer's body as read, for an error that is no problem document
 }
+
+// warnAfter is the attempt from which a call that goes on retrying says so at warn: one
+// failure is a glitch, several in a row something an operator should see.
+const warnAfter = 3
 
 // do sends a request until it succeeds (2xx), fails for good, or ctx ends.
 // wait is the long-poll time the attempt may take on top of RequestTimeout.
@@ -157,8 +167,8 @@ func (c *Coordinator) do(ctx context.Context, op string, wait time.Duration, sen
 			if ctx.Err() != nil {
 				return fmt.Errorf("%s: %w (last error: %v)", op, context.Cause(ctx), err)
 			}
-			if !transientTransport(err) {
-				return fmt.Errorf("%s: %w", op, err)
+			if hint, permanent := permanentTransport(err); permanent {
+				return fmt.Errorf("%s: %s: %w", op, hint, err)
 			}
 			last = fmt.Errorf("%s: %w", op, err)
 		case out.resp.StatusCode >= 200 && out.resp.StatusCode < 300:
@@ -169,6 +179,9 @@ func (c *Coordinator) do(ctx context.Context, op string, wait time.Duration, sen
 		default:
 			apiErr := &APIError{Op: op, StatusCode: out.resp.StatusCode, Problem: out.problem,
 				RetryAfter: parseRetryAfter(out.resp.Header.Get("Retry-After"))}
+			if out.problem == nil {
+				apiErr.Body = bodyExcerpt(out.body)
+			}
 			if !apiErr.transient() {
 				return apiErr
 			}
@@ -178,7 +191,11 @@ func (c *Coordinator) do(ctx context.Context, op string, wait time.Duration, sen
 			return last
 		}
 		delay := max(c.backoff(attempt), min(retryAfter, c.opts.MaxBackoff))
-		c.opts.Logger.Debug("coordinator call failed, retrying", "op", op, "attempt", attempt, "delay", delay, "error", last)
+		level := slog.LevelDebug
+		if attempt >= warnAfter {
+			level = slog.LevelWarn
+		}
+		c.opts.Logger.Log(ctx, level, "coordinator call failed, retrying", "op", op, "attempt", attempt, "delay", delay, "error", last)
 		if err := sleep(ctx, delay); err != nil {
 			return fmt.Errorf("%s: %w (last error: %v)", op, context.Cause(ctx), last)
 		}
@@ -202,12 +219,50 @@ func jitteredBackoff(lo, hi time.Duration, attempt int) time.Duration {
 	return half + rand.N(half+1)
 }
 
-// transientTransport reports whether a transport-level error may go away: everything
-// but an answer that could not be decoded (a bug on one side, not a glitch).
-func transientTransport(err error) bool {
-	var syn *json.SyntaxError
-	var typ *json.UnmarshalTypeError
-	return !errors.As(err, &syn) && !errors.As(err, &typ)
+// permanentTransport reports whether a transport-level error cannot go away by sending
+// the request again, with what to tell the caller: the coordinator's certificate is not
+// trusted, not for this name, or expired; the coordinator speaks plain HTTP to this HTTPS
+// client; it refused this client's certificate; or an answer could not be decoded (a bug
+// on one side, not a glitch). Everything else (refused, reset, timed out) may pass.
+func permanentTransport(err error) (hint string, permanent bool) {
+	var (
+		syn       *json.SyntaxError
+		typ       *json.UnmarshalTypeError
+		authority x509.UnknownAuthorityError
+		hostname  x509.HostnameError
+		invalid   x509.CertificateInvalidError
+		verify    *tls.CertificateVerificationError
+		record    tls.RecordHeaderError
+		op        *net.OpError
+	)
+	switch {
+	case errors.As(err, &syn), errors.As(err, &typ):
+		return "the answer could not be decoded", true
+	case errors.As(err, &authority):
+		return "the coordinator's TLS certificate is signed by an authority this client does not trust " +
+			"(give its CA: Options.RootCAs)", true
+	case errors.As(err, &hostname):
+		return "the coordinator's TLS certificate is not valid for the host name in the URL", true
+	case errors.As(err, &invalid):
+		return "the coordinator's TLS certificate is not valid (expired, not yet valid, or not for a server)", true
+	case errors.As(err, &verify):
+		return "the coordinator's TLS certificate could not be verified", true
+	case errors.As(err, &record), strings.Contains(err.Error(), "server gave HTTP response to HTTPS client"):
+		return "the coordinator does not speak TLS on this port (use http://, or the port it serves HTTPS on)", true
+	case errors.As(err, &op) && op.Op == "remote error" && strings.Contains(op.Err.Error(), "tls:"):
+		return "the coordinator refused the TLS handshake (a client certificate it does not accept, or none)", true
+	}
+	return "", false
+}
+
+// bodyExcerpt is the start of an answer's body that is no problem document, for its error:
+// at most 1 KiB, valid UTF-8.
+func bodyExcerpt(body []byte) string {
+	const most = 1 << 10
+	if len(body) > most {
+		body = body[:most]
+	}
+	return strings.TrimSpace(strings.ToValidUTF8(string(body), ""))
 }
 
 func parseRetryAfter(v string) time.Duration {
@@ -251,7 +306,7 @@ func (c *Coordinator) PutJob(ctx context.Context, job string, cfg JobConfig) (*J
 		if out == nil {
 			out = r.JSON200
 		}
-		return outcome{r.HTTPResponse, r.ApplicationproblemJSONDefault, out != nil}, nil
+		return outcome{r.HTTPResponse, r.ApplicationproblemJSONDefault, out != nil, r.Body}, nil
 	})
 	return out, err
 }
@@ -265,7 +320,7 @@ func (c *Coordinator) Job(ctx context.Context, job string) (*Job, error) {
 			return outcome{}, err
 		}
 		out = r.JSON200
-		return outcome{r.HTTPResponse, r.ApplicationproblemJSONDefault, out != nil}, nil
+		return outcome{r.HTTPResponse, r.ApplicationproblemJSONDefault, out != nil, r.Body}, nil
 	})
 	return out, err
 }
@@ -280,7 +335,7 @@ func (c *Coordinator) Register(ctx context.Context, job, participant string) (*R
 			return outcome{}, err
 		}
 		out = r.JSON200
-		return outcome{r.HTTPResponse, r.ApplicationproblemJSONDefault, out != nil}, nil
+		return outcome{r.HTTPResponse, r.ApplicationproblemJSONDefault, out != nil, r.Body}, nil
 	})
 	return out, err
 }
@@ -312,7 +367,7 @@ func (c *Coordinator) PendingFor(ctx context.Context, job, participant string, e
 			return outcome{}, err
 		}
 		out = r.JSON200
-		return outcome{r.HTTPResponse, r.ApplicationproblemJSONDefault, out != nil}, nil
+		return outcome{r.HTTPResponse, r.ApplicationproblemJSONDefault, out != nil, r.Body}, nil
 	})
 	return out, err
 }
@@ -340,7 +395,7 @@ func (c *Coordinator) OpenCheckpoint(ctx context.Context, job, idempotencyKey st
 			return outcome{}, err
 		}
 		out = r.JSON201
-		return outcome{r.HTTPResponse, r.ApplicationproblemJSONDefault, out != nil}, nil
+		return outcome{r.HTTPResponse, r.ApplicationproblemJSONDefault, out != nil, r.Body}, nil
 	})
 	return out, err
 }
@@ -365,7 +420,7 @@ func (c *Coordinator) getCheckpoint(ctx context.Context, job string, id int64, w
 			return outcome{}, err
 		}
 		out = r.JSON200
-		return outcome{r.HTTPResponse, r.ApplicationproblemJSONDefault, out != nil}, nil
+		return outcome{r.HTTPResponse, r.ApplicationproblemJSONDefault, out != nil, r.Body}, nil
 	})
 	return out, err
 }
@@ -388,7 +443,7 @@ func (c *Coordinator) Checkpoints(ctx context.Context, job string, statuses ...C
 				return outcome{}, err
 			}
 			page = r.JSON200
-			return outcome{r.HTTPResponse, r.ApplicationproblemJSONDefault, page != nil}, nil
+			return outcome{r.HTTPResponse, r.ApplicationproblemJSONDefault, page != nil, r.Body}, nil
 		})
 		if err != nil {
 			return nil, err
@@ -427,7 +482,7 @@ func (c *Coordinator) VoteAndWait(ctx context.Context, job string, id int64, par
 			return outcome{}, err
 		}
 		out = r.JSON200
-		return outcome{r.HTTPResponse, r.ApplicationproblemJSONDefault, out != nil}, nil
+		return outcome{r.HTTPResponse, r.ApplicationproblemJSONDefault, out != nil, r.Body}, nil
 	})
 	return out, err
 }
@@ -463,13 +518,13 @@ func (c *Coordinator) voteStatus(ctx context.Context, job string, id int64, part
 				return outcome{}, err
 			}
 			status = answer.Status
-			return outcome{resp, nil, status != ""}, nil
+			return outcome{resp, nil, status != "", nil}, nil
 		}
 		r, err := ParsePutVoteResponse(resp)
 		if err != nil {
 			return outcome{}, err
 		}
-		return outcome{r.HTTPResponse, r.ApplicationproblemJSONDefault, false}, nil
+		return outcome{r.HTTPResponse, r.ApplicationproblemJSONDefault, false, r.Body}, nil
 	})
 	return status, err
 }
@@ -510,14 +565,14 @@ func (c *Coordinator) ack(ctx context.Context, job string, id int64, participant
 			if err := drain(resp.Body); err != nil {
 				return outcome{}, err
 			}
-			return outcome{resp, nil, true}, nil
+			return outcome{resp, nil, true, nil}, nil
 		}
 		r, err := ParsePutAckResponse(resp)
 		if err != nil {
 			return outcome{}, err
 		}
 		out = r.JSON200
-		return outcome{r.HTTPResponse, r.ApplicationproblemJSONDefault, out != nil}, nil
+		return outcome{r.HTTPResponse, r.ApplicationproblemJSONDefault, out != nil, r.Body}, nil
 	})
 	return out, err
 }
@@ -537,7 +592,7 @@ func (c *Coordinator) Commit(ctx context.Context, job string, id int64, reason s
 			return outcome{}, err
 		}
 		out = r.JSON200
-		return outcome{r.HTTPResponse, r.ApplicationproblemJSONDefault, out != nil}, nil
+		return outcome{r.HTTPResponse, r.ApplicationproblemJSONDefault, out != nil, r.Body}, nil
 	})
 	return out, err
 }
@@ -557,7 +612,7 @@ func (c *Coordinator) Complete(ctx context.Context, job string, id int64, reason
 			return outcome{}, err
 		}
 		out = r.JSON200
-		return outcome{r.HTTPResponse, r.ApplicationproblemJSONDefault, out != nil}, nil
+		return outcome{r.HTTPResponse, r.ApplicationproblemJSONDefault, out != nil, r.Body}, nil
 	})
 	return out, err
 }
@@ -576,7 +631,7 @@ func (c *Coordinator) Abort(ctx context.Context, job string, id int64, reason st
 			return outcome{}, err
 		}
 		out = r.JSON200
-		return outcome{r.HTTPResponse, r.ApplicationproblemJSONDefault, out != nil}, nil
+		return outcome{r.HTTPResponse, r.ApplicationproblemJSONDefault, out != nil, r.Body}, nil
 	})
 	return out, err
 }

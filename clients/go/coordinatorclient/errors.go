@@ -57,6 +57,9 @@ type APIError struct {
 	Problem *Problem
 	// RetryAfter is the Retry-After header, 0 when absent.
 	RetryAfter time.Duration
+	// Body is the start of the answer's body (at most 1 KiB) when it was no problem
+	// document: what a proxy, or a server that is not the coordinator, said.
+	Body string
 }
 
 // Code is the problem's machine code ("fenced", "already_decided", ...), or "" when the
@@ -85,6 +88,8 @@ func (e *APIError) Error() string {
 		if e.Problem.Detail != nil && *e.Problem.Detail != "" {
 			msg += ": " + *e.Problem.Detail
 		}
+	} else if e.Body != "" {
+		msg += fmt.Sprintf(" (not a problem document): %q", e.Body)
 	}
 	return msg
 }

@@ -649,6 +649,12 @@ type PreferMinimal = string
 // StatusFilter defines model for StatusFilter.
 type StatusFilter = []CheckpointStatus
 
+// GetMetricsParams defines parameters for GetMetrics.
+type GetMetricsParams struct {
+	// AcceptEncoding `gzip` (alone or among others, unless `gzip;q=0`) compresses the answer.
+	AcceptEncoding *string `json:"Accept-Encoding,omitempty"`
+}
+
 // ListAuditParams defines parameters for ListAudit.
 type ListAuditParams struct {
 	Job *JobPattern `form:"job,omitempty" json:"job,omitempty"`
@@ -815,7 +821,7 @@ type ServerInterface interface {
 	GetHealthz(w http.ResponseWriter, r *http.Request)
 	// GetMetrics Prometheus metrics.
 	// (GET /metrics)
-	GetMetrics(w http.ResponseWriter, r *http.Request)
+	GetMetrics(w http.ResponseWriter, r *http.Request, params GetMetricsParams)
 	// ListProblemTypes The problem types, one line each.
 	// (GET /problems)
 	ListProblemTypes(w http.ResponseWriter, r *http.Request)
@@ -902,7 +908,7 @@ func (_ Unimplemented) GetHealthz(w http.ResponseWriter, r *http.Request) {
 
 // GetMetrics Prometheus metrics.
 // (GET /metrics)
-func (_ Unimplemented) GetMetrics(w http.ResponseWriter, r *http.Request) {
+func (_ Unimplemented) GetMetrics(w http.ResponseWriter, r *http.Request, params GetMetricsParams) {
 	w.WriteHeader(http.StatusNotImplemented)
 }
 
@@ -1076,8 +1082,35 @@ func (siw *ServerInterfaceWrapper) GetHealthz(w http.ResponseWriter, r *http.Req
 // GetMetrics operation middleware
 func (siw *ServerInterfaceWrapper) GetMetrics(w http.ResponseWriter, r *http.Request) {
 
+	var err error
+	_ = err
+
+	// Parameter object where we will unmarshal all parameters from the context
+	var params GetMetricsParams
+
+	headers := r.Header
+
+	// ------------- Optional header parameter "Accept-Encoding" -------------
+	if valueList, found := headers[http.CanonicalHeaderKey("Accept-Encoding")]; found {
+		var AcceptEncoding string
+		n := len(valueList)
+		if n != 1 {
+			siw.ErrorHandlerFunc(w, r, &TooManyValuesForParamError{ParamName: "Accept-Encoding", Count: n})
+			return
+		}
+
+		err = runtime.BindStyledParameterWithOptions("simple", "Accept-Encoding", valueList[0], &AcceptEncoding, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""})
+		if err != nil {
+			siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "Accept-Encoding", Err: err})
+			return
+		}
+
+		params.AcceptEncoding = &AcceptEncoding
+
+	}
+
 	handler := http.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		siw.Handler.GetMetrics(w, r)
+		siw.Handler.GetMetrics(w, r, params)
 	}))
 
 	for _, middleware := range siw.HandlerMiddlewares {
@@ -2338,6 +2371,7 @@ func (response GetHealthzdefaultApplicationProblemPlusJSONResponse) VisitGetHeal
 }
 
 type GetMetricsRequestObject struct {
+	Params GetMetricsParams
 }
 
 type GetMetricsResponseObject interface {
@@ -3598,8 +3632,10 @@ func (sh *strictHandler) GetHealthz(w http.ResponseWriter, r *http.Request) {
 }
 
 // GetMetrics operation middleware
-func (sh *strictHandler) GetMetrics(w http.ResponseWriter, r *http.Request) {
+func (sh *strictHandler) GetMetrics(w http.ResponseWriter, r *http.Request, params GetMetricsParams) {
 	var request GetMetricsRequestObject
+
+	request.Params = params
 
 	handler := func(ctx context.Context, w http.ResponseWriter, r *http.Request, request interface{}) (interface{}, error) {
 		return sh.ssi.GetMetrics(ctx, request.(GetMetricsRequestObject))

@@ -1,8 +1,12 @@
 package api
 
 import (
+	"compress/gzip"
 	"context"
 	"net/http"
+	"strconv"
+	"strings"
+	"sync"
 
 	"github.com/twophase/coordinator/coordinator"
 	"github.com/twophase/coordinator/metrics"
@@ -47,18 +51,55 @@ func (s *server) GetInfo(ctx context.Context, _ GetInfoRequestObject) (GetInfoRe
 }
 
 // GetMetrics answers the Prometheus text format.
-func (s *server) GetMetrics(ctx context.Context, _ GetMetricsRequestObject) (GetMetricsResponseObject, error) {
+func (s *server) GetMetrics(ctx context.Context, req GetMetricsRequestObject) (GetMetricsResponseObject, error) {
 	if s.metrics == nil {
 		return nil, &requestError{code: codeNotFound, detail: "this coordinator serves no metrics"}
 	}
-	return metricsResponse{s.metrics}, nil
+	return metricsResponse{m: s.metrics, gzip: req.Params.AcceptEncoding != nil && acceptsGzip(*req.Params.AcceptEncoding)}, nil
 }
 
-type metricsResponse struct{ m *metrics.Metrics }
+type metricsResponse struct {
+	m    *metrics.Metrics
+	gzip bool
+}
 
 func (r metricsResponse) VisitGetMetricsResponse(w http.ResponseWriter) error {
 	w.Header().Set("Content-Type", metrics.ContentType())
+	w.Header().Add("Vary", "Accept-Encoding")
+	if !r.gzip {
+		w.WriteHeader(http.StatusOK)
+		_, err := r.m.WriteText(w)
+		return err
+	}
+	w.Header().Set("Content-Encoding", "gzip")
 	w.WriteHeader(http.StatusOK)
-	_, err := r.m.WriteText(w)
-	return err
+	zw := gzipWriters.Get().(*gzip.Writer)
+	defer gzipWriters.Put(zw)
+	zw.Reset(w)
+	if _, err := r.m.WriteText(zw); err != nil {
+		return err
+	}
+	return zw.Close()
+}
+
+// gzipWriters are reused from scrape to scrape: a gzip.Writer holds some hundreds of KiB.
+var gzipWriters = sync.Pool{New: func() any { w, _ := gzip.NewWriterLevel(nil, gzip.BestSpeed); return w }}
+
+// acceptsGzip reports whether an Accept-Encoding header's codings include gzip (or *) with
+// a weight above 0 (RFC 9110 12.5.3).
+func acceptsGzip(header string) bool {
+	for _, part := range strings.Split(header, ",") {
+		coding, params, _ := strings.Cut(part, ";")
+		coding = strings.ToLower(strings.TrimSpace(coding))
+		if coding != "gzip" && coding != "*" {
+			continue
+		}
+		if q, ok := strings.CutPrefix(strings.ReplaceAll(strings.ToLower(params), " ", ""), "q="); ok {
+			if w, err := strconv.ParseFloat(q, 64); err == nil && w == 0 {
+				continue
+			}
+		}
+		return true
+	}
+	return false
 }

@@ -1,7 +1,10 @@
 package api
 
 import (
+	"bytes"
+	"compress/gzip"
 	"context"
+	"io"
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
@@ -261,6 +264,98 @@ func TestMetricsMadeUpMethodsAreOther(t *testing.T) {
 					t.Errorf("%s has a series of the made-up method %s", name, l.GetValue())
 				}
 			}
+		}
+	}
+}
+
+// A deleted job leaves no series: its counters and histograms go with it at once, and the
+// gauges read from the database within a second. Another job's stay.
+func TestMetricsOfADeletedJobGo(t *testing.T) {
+	t.Parallel()
+	b := coordinatorWithMetrics(t, pgtest.URL(t), false)
+	for _, job := range []string{"gone", "kept"} {
+		b.send(t, "", "PUT", "/v1/jobs/"+job, `{"participants":["a"]}`)
+		b.send(t, "", "POST", "/v1/jobs/"+job+"/participants/a/register", "")
+		b.send(t, "", "POST", "/v1/jobs/"+job+"/checkpoints", "")
+		b.send(t, "", "PUT", "/v1/jobs/"+job+"/checkpoints/1/votes/a", `{"epoch":1,"vote":"prepared"}`)
+		b.send(t, "", "PUT", "/v1/jobs/"+job+"/checkpoints/1/acks/a", `{"epoch":1}`)
+	}
+	seriesOf := func(f map[string]*dto.MetricFamily, job string) []string {
+		var names []string
+		for name, fam := range f {
+			for _, m := range fam.Metric {
+				for _, l := range m.Label {
+					if l.GetName() == "job" && l.GetValue() == job {
+						names = append(names, name)
+					}
+				}
+			}
+		}
+		return names
+	}
+	if got := seriesOf(scrape(t, b), "gone"); len(got) < 8 {
+		t.Fatalf("before the deletion, job gone has series of %v; want its counters, histograms and gauges", got)
+	}
+	if r := b.send(t, "", "DELETE", "/v1/jobs/gone", ""); r.status != http.StatusNoContent {
+		t.Fatalf("DELETE: %d %s", r.status, r.body)
+	}
+	time.Sleep(1100 * time.Millisecond) // the gauges are read from the database at most once a second
+	f := scrape(t, b)
+	if got := seriesOf(f, "gone"); len(got) != 0 {
+		t.Errorf("after the deletion, job gone still has series of %v", got)
+	}
+	if got := value(f, "coordinator_checkpoints_opened_total", map[string]string{"job": "kept"}); got != 1 {
+		t.Errorf("job kept: checkpoints opened %v, want 1", got)
+	}
+}
+
+// A scraper that asks for gzip gets the metrics compressed; one that does not, plain.
+func TestMetricsCompressed(t *testing.T) {
+	t.Parallel()
+	b := coordinatorWithMetrics(t, pgtest.URL(t), false)
+	b.send(t, "", "PUT", "/v1/jobs/j", `{"participants":["a"]}`)
+	// A transport that leaves Accept-Encoding and the body as they are.
+	client := &http.Client{Transport: &http.Transport{DisableCompression: true}}
+	get := func(acceptEncoding string) (*http.Response, []byte) {
+		req, err := http.NewRequest("GET", b.url+"/metrics", nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if acceptEncoding != "" {
+			req.Header.Set("Accept-Encoding", acceptEncoding)
+		}
+		resp, err := client.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		body, err := io.ReadAll(resp.Body)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return resp, body
+	}
+	plainResp, plain := get("")
+	if plainResp.Header.Get("Content-Encoding") != "" || !bytes.Contains(plain, []byte("coordinator_build_info")) {
+		t.Fatalf("without Accept-Encoding: Content-Encoding %q, %d bytes", plainResp.Header.Get("Content-Encoding"), len(plain))
+	}
+	for _, ae := range []string{"gzip", "deflate, gzip;q=0.8", "identity, *"} {
+		resp, body := get(ae)
+		if resp.Header.Get("Content-Encoding") != "gzip" {
+			t.Fatalf("Accept-Encoding %q: Content-Encoding %q", ae, resp.Header.Get("Content-Encoding"))
+		}
+		zr, err := gzip.NewReader(bytes.NewReader(body))
+		if err != nil {
+			t.Fatalf("Accept-Encoding %q: %v", ae, err)
+		}
+		text, err := io.ReadAll(zr)
+		if err != nil || !bytes.Contains(text, []byte("coordinator_build_info")) || len(body) >= len(text)/3 {
+			t.Fatalf("Accept-Encoding %q: %d bytes compressed, %d plain (%v); want a third or less", ae, len(body), len(text), err)
+		}
+	}
+	for _, ae := range []string{"gzip;q=0", "br", "identity"} {
+		if resp, _ := get(ae); resp.Header.Get("Content-Encoding") != "" {
+			t.Errorf("Accept-Encoding %q: Content-Encoding %q, want none", ae, resp.Header.Get("Content-Encoding"))
 		}
 	}
 }

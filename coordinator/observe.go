@@ -15,6 +15,12 @@ type Observer interface {
 	Acked(job string, result string)
 }
 
+// JobDeletionObserver is an Observer that is also told when a job was deleted through this
+// Service, once the deletion committed: it forgets what it kept of the job.
+type JobDeletionObserver interface {
+	JobDeleted(job string)
+}
+
 // The outcomes of votes and acks, as Observer hears them (the metrics' result label).
 const (
 	VoteAccepted      = "accepted"

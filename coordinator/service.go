@@ -199,6 +199,9 @@ func (s *Service) DeleteJob(ctx context.Context, name string) error {
 		st.audit(ctx, AuditJobDeleted, 0, "")
 		return nil
 	})
+	if d, ok := s.observer.(JobDeletionObserver); ok && err == nil {
+		d.JobDeleted(name)
+	}
 	return jobError(name, err)
 }
 

@@ -148,6 +148,25 @@ func New(opts Options) *Metrics {
 	return m
 }
 
+// JobDeleted implements coordinator.JobDeletionObserver: the job's series of this process's
+// counters and histograms are dropped, so that a deleted job leaves no series behind (the
+// gauges read from the database lose it by themselves). A job created again under the name
+// starts them from zero, as counters do after a restart.
+func (m *Metrics) JobDeleted(job string) {
+	if !m.jobLabel {
+		return
+	}
+	gone := func(k [3]string) bool { return k[0] == job }
+	for _, v := range []*seriesOf[[3]string, *counterSeries]{m.opened.seriesOf, m.decided.seriesOf, m.votes.seriesOf,
+		m.acks.seriesOf, m.registrations.seriesOf} {
+		v.drop(gone)
+	}
+	m.decision.drop(gone)
+	m.completion.drop(gone)
+}
+
+var _ coordinator.JobDeletionObserver = (*Metrics)(nil)
+
 // Changed implements coordinator.Observer: checkpoints opened, registrations, decisions and
 // completions of one committed update.
 func (m *Metrics) Changed(job string, now time.Time, mu *coordinator.Mutation) {
@@ -391,6 +410,17 @@ func (s *seriesOf[K, M]) get(k K) M {
 		s.m[k] = v
 	}
 	return v
+}
+
+// drop deletes the series whose key gone reports.
+func (s *seriesOf[K, M]) drop(gone func(K) bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for k := range s.m {
+		if gone(k) {
+			delete(s.m, k)
+		}
+	}
 }
 
 // each calls fn with every series and its key, under the read lock.

@@ -648,6 +648,12 @@ type PreferMinimal = string
 // StatusFilter defines model for StatusFilter.
 type StatusFilter = []CheckpointStatus
 
+// GetMetricsParams defines parameters for GetMetrics.
+type GetMetricsParams struct {
+	// AcceptEncoding `gzip` (alone or among others, unless `gzip;q=0`) compresses the answer.
+	AcceptEncoding *string `json:"Accept-Encoding,omitempty"`
+}
+
 // ListAuditParams defines parameters for ListAudit.
 type ListAuditParams struct {
 	Job *JobPattern `form:"job,omitempty" json:"job,omitempty"`
@@ -895,9 +901,13 @@ type ClientInterface interface {
 	// most once a second), so every coordinator on it reports the same values; counters
 	// and histograms count what this process did. With `--metrics-job-label=false` no
 	// metric has the `job` label (and `coordinator_last_committed_checkpoint` is left out).
+	// A scraper that sends `Accept-Encoding: gzip` (Prometheus does) gets them compressed,
+	// with `Content-Encoding: gzip`. Once a job is deleted, its series are gone from the
+	// answer (on the coordinator that deleted it at once, on the others within a second
+	// for the gauges read from the database, and at their restart for their counters).
 	//
 	// Corresponds with GET /metrics (the `GetMetrics` operationId).
-	GetMetrics(ctx context.Context, reqEditors ...RequestEditorFn) (*http.Response, error)
+	GetMetrics(ctx context.Context, params *GetMetricsParams, reqEditors ...RequestEditorFn) (*http.Response, error)
 
 	// ListProblemTypes The problem types, one line each.
 	//
@@ -1273,10 +1283,14 @@ func (c *Client) GetHealthz(ctx context.Context, reqEditors ...RequestEditorFn) 
 // most once a second), so every coordinator on it reports the same values; counters
 // and histograms count what this process did. With `--metrics-job-label=false` no
 // metric has the `job` label (and `coordinator_last_committed_checkpoint` is left out).
+// A scraper that sends `Accept-Encoding: gzip` (Prometheus does) gets them compressed,
+// with `Content-Encoding: gzip`. Once a job is deleted, its series are gone from the
+// answer (on the coordinator that deleted it at once, on the others within a second
+// for the gauges read from the database, and at their restart for their counters).
 //
 // Corresponds with GET /metrics (the `GetMetrics` operationId).
-func (c *Client) GetMetrics(ctx context.Context, reqEditors ...RequestEditorFn) (*http.Response, error) {
-	req, err := NewGetMetricsRequest(c.Server)
+func (c *Client) GetMetrics(ctx context.Context, params *GetMetricsParams, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewGetMetricsRequest(c.Server, params)
 	if err != nil {
 		return nil, err
 	}
@@ -1984,7 +1998,7 @@ func NewGetHealthzRequest(server string) (*http.Request, error) {
 }
 
 // NewGetMetricsRequest constructs an http.Request for the GetMetrics method
-func NewGetMetricsRequest(server string) (*http.Request, error) {
+func NewGetMetricsRequest(server string, params *GetMetricsParams) (*http.Request, error) {
 	var err error
 
 	serverURL, err := url.Parse(server)
@@ -2005,6 +2019,21 @@ func NewGetMetricsRequest(server string) (*http.Request, error) {
 	req, err := http.NewRequest(http.MethodGet, queryURL.String(), nil)
 	if err != nil {
 		return nil, err
+	}
+
+	if params != nil {
+
+		if params.AcceptEncoding != nil {
+			var headerParam0 string
+
+			headerParam0, err = runtime.StyleParamWithOptions("simple", false, "Accept-Encoding", *params.AcceptEncoding, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationHeader, Type: "string", Format: ""})
+			if err != nil {
+				return nil, err
+			}
+
+			req.Header.Set("Accept-Encoding", headerParam0)
+		}
+
 	}
 
 	return req, nil
@@ -3424,11 +3453,15 @@ type ClientWithResponsesInterface interface {
 	// most once a second), so every coordinator on it reports the same values; counters
 	// and histograms count what this process did. With `--metrics-job-label=false` no
 	// metric has the `job` label (and `coordinator_last_committed_checkpoint` is left out).
+	// A scraper that sends `Accept-Encoding: gzip` (Prometheus does) gets them compressed,
+	// with `Content-Encoding: gzip`. Once a job is deleted, its series are gone from the
+	// answer (on the coordinator that deleted it at once, on the others within a second
+	// for the gauges read from the database, and at their restart for their counters).
 	//
 	// Returns a wrapper object for the known response body format(s).
 	//
 	// Corresponds with GET /metrics (the `GetMetrics` operationId).
-	GetMetricsWithResponse(ctx context.Context, reqEditors ...RequestEditorFn) (*GetMetricsResponse, error)
+	GetMetricsWithResponse(ctx context.Context, params *GetMetricsParams, reqEditors ...RequestEditorFn) (*GetMetricsResponse, error)
 
 	// ListProblemTypesWithResponse The problem types, one line each.
 	//
@@ -5243,12 +5276,16 @@ func (c *ClientWithResponses) GetHealthzWithResponse(ctx context.Context, reqEdi
 // most once a second), so every coordinator on it reports the same values; counters
 // and histograms count what this process did. With `--metrics-job-label=false` no
 // metric has the `job` label (and `coordinator_last_committed_checkpoint` is left out).
+// A scraper that sends `Accept-Encoding: gzip` (Prometheus does) gets them compressed,
+// with `Content-Encoding: gzip`. Once a job is deleted, its series are gone from the
+// answer (on the coordinator that deleted it at once, on the others within a second
+// for the gauges read from the database, and at their restart for their counters).
 //
 // Returns a wrapper object for the known response body format(s).
 //
 // Corresponds with GET /metrics (the `GetMetrics` operationId).
-func (c *ClientWithResponses) GetMetricsWithResponse(ctx context.Context, reqEditors ...RequestEditorFn) (*GetMetricsResponse, error) {
-	rsp, err := c.GetMetrics(ctx, reqEditors...)
+func (c *ClientWithResponses) GetMetricsWithResponse(ctx context.Context, params *GetMetricsParams, reqEditors ...RequestEditorFn) (*GetMetricsResponse, error) {
+	rsp, err := c.GetMetrics(ctx, params, reqEditors...)
 	if err != nil {
 		return nil, err
 	}

@@ -249,6 +249,7 @@ func saneRequestID(id string) bool {
 // so under a memory limit and many requests in flight each frame costs CPU.
 func front(opts Options, pw *problemWriter, routes *routeTable) func(http.Handler) http.Handler {
 	check := guards(opts)
+	cors := corsFor(opts.AllowedOrigins)
 	budget := newAnswerBudget(opts.MaxAnswerBytes, opts.LargeAnswerWriteTimeout, opts.Metrics)
 	return func(next http.Handler) http.Handler {
 		// In front of a chi router, front gives each request the router's routing context
@@ -274,6 +275,9 @@ func front(opts Options, pw *problemWriter, routes *routeTable) func(http.Handle
 			if err := check(r); err != nil {
 				pw.write(aw, r, err)
 				return
+			}
+			if cors(aw, r) {
+				return // a preflight, answered
 			}
 			if opts.Auth != nil && !publicPaths[r.URL.Path] {
 				authed, done, err := authenticate(opts.Auth, aw, r)

@@ -60,6 +60,47 @@ func guards(opts Options) func(r *http.Request) error {
 	}
 }
 
+// CORS for the pages of --allowed-origins: what a browser needs to let such a page call
+// the API with a bearer token and read the answers.
+const (
+	corsMethods = "GET, HEAD, PUT, POST, DELETE"
+	corsHeaders = "Authorization, Content-Type, Idempotency-Key, Prefer, Last-Event-ID, X-Request-Id"
+	corsExpose  = "X-Request-Id, Retry-After, Preference-Applied, Location, WWW-Authenticate"
+	corsMaxAge  = "600"
+)
+
+// corsFor returns what answers the CORS of a request whose Origin is one of allowed (the
+// guards refused the others): it adds the headers that let the page read the answer, and
+// answers a preflight (OPTIONS with Access-Control-Request-Method) itself, with 204,
+// reporting true. Requests without an Origin (every client but a browser) are left as
+// they are. No cookie is ever involved: a page sends its token in Authorization.
+func corsFor(allowed []string) func(w http.ResponseWriter, r *http.Request) bool {
+	origins := map[string]bool{}
+	for _, o := range allowed {
+		if o := normalizeOrigin(o); o != "null" {
+			origins[o] = true
+		}
+	}
+	return func(w http.ResponseWriter, r *http.Request) bool {
+		origin := r.Header.Get("Origin")
+		if origin == "" || len(origins) == 0 || !origins[normalizeOrigin(origin)] {
+			return false
+		}
+		h := w.Header()
+		h.Set("Access-Control-Allow-Origin", origin)
+		h.Add("Vary", "Origin")
+		if r.Method == http.MethodOptions && r.Header.Get("Access-Control-Request-Method") != "" {
+			h.Set("Access-Control-Allow-Methods", corsMethods)
+			h.Set("Access-Control-Allow-Headers", corsHeaders)
+			h.Set("Access-Control-Max-Age", corsMaxAge)
+			w.WriteHeader(http.StatusNoContent)
+			return true
+		}
+		h.Set("Access-Control-Expose-Headers", corsExpose)
+		return false
+	}
+}
+
 // probe reports whether r is a health probe, which the Host check lets through:
 // Kubernetes' probes name the pod's IP address as Host.
 func probe(r *http.Request) bool {

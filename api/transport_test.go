@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -458,5 +459,49 @@ func TestCheckOriginAndHost(t *testing.T) {
 		if err := CheckHost(host); err == nil {
 			t.Errorf("CheckHost(%q) accepts it", host)
 		}
+	}
+}
+
+func TestCORSForAllowedOrigins(t *testing.T) { onEachStore(t, testCORSForAllowedOrigins) }
+
+// A page of an allowed origin gets what a browser needs to call the API with a token: a
+// preflight answered 204 with the methods and headers the API takes, and answers that name
+// the origin and expose the headers clients read. Other origins get no CORS header (and
+// stay refused); clients that are no browsers get none either.
+func testCORSForAllowedOrigins(t *testing.T) {
+	const page = "https://dashboard.example"
+	b := setupWith(t, Options{AllowedOrigins: []string{page}})
+	b.job(t, "j", `{"participants":["a"]}`, "a")
+	pre := b.call(t, "OPTIONS", "/v1/jobs/j/checkpoints", "", "", "Origin", page,
+		"Access-Control-Request-Method", "POST", "Access-Control-Request-Headers", "authorization, content-type, idempotency-key")
+	if pre.status != http.StatusNoContent || pre.header.Get("Access-Control-Allow-Origin") != page ||
+		!strings.Contains(pre.header.Get("Access-Control-Allow-Methods"), "POST") ||
+		!strings.Contains(pre.header.Get("Access-Control-Allow-Headers"), "Authorization") ||
+		!strings.Contains(pre.header.Get("Access-Control-Allow-Headers"), "Idempotency-Key") ||
+		pre.header.Get("Access-Control-Max-Age") == "" || !slices.Contains(pre.header.Values("Vary"), "Origin") {
+		t.Fatalf("preflight from the allowed origin: %d %v", pre.status, pre.header)
+	}
+	if r := b.call(t, "GET", "/v1/jobs/j/checkpoints/1", "", ""); r.status != http.StatusNotFound {
+		t.Fatalf("after a preflight, checkpoint 1: %d; want none opened", r.status)
+	}
+	open := b.call(t, "POST", "/v1/jobs/j/checkpoints", "", "", "Origin", page)
+	if open.status != http.StatusCreated || open.header.Get("Access-Control-Allow-Origin") != page ||
+		!strings.Contains(open.header.Get("Access-Control-Expose-Headers"), "X-Request-Id") ||
+		!strings.Contains(open.header.Get("Access-Control-Expose-Headers"), "Retry-After") {
+		t.Fatalf("a request from the allowed origin: %d %v", open.status, open.header)
+	}
+	// A problem answer carries them too, so that the page can read its code.
+	bad := b.call(t, "GET", "/v1/jobs/nope", "", "", "Origin", page)
+	if bad.status != http.StatusNotFound || bad.header.Get("Access-Control-Allow-Origin") != page {
+		t.Fatalf("a 404 to the allowed origin: %d %v", bad.status, bad.header)
+	}
+	for _, header := range [][]string{nil, {"Origin", "https://evil.example", "Access-Control-Request-Method", "POST"}} {
+		a := b.call(t, "OPTIONS", "/v1/jobs/j/checkpoints", "", "", header...)
+		if a.header.Get("Access-Control-Allow-Origin") != "" || a.status == http.StatusNoContent {
+			t.Errorf("OPTIONS with %q: %d %v; want no CORS", header, a.status, a.header)
+		}
+	}
+	if r := b.call(t, "GET", "/v1/jobs/j/checkpoints/2", "", ""); r.status != http.StatusNotFound {
+		t.Fatalf("checkpoint 2: %d; want only the one opened", r.status)
 	}
 }

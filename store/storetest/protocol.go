@@ -36,6 +36,7 @@ func runProtocol(t *testing.T, o opener) {
 		{"Deadline/PendingHidesExpired", testDeadlinePendingHidesExpired},
 		{"Rule9/HigherUnanimousWaits", testRule9HigherWaits},
 		{"Rule9/AbortCascades", testRule9AbortCascades},
+		{"Rule9/AbortCascadesPastItsVoters", testRule9AbortCascadesPastItsVoters},
 		{"Commit/VotesMissing", testCommitVotesMissing},
 		{"Abort", testAbort},
 		{"Ack/OnPreparing", testAckOnPreparing},
@@ -396,6 +397,31 @@ func testRule9AbortCascades(t *testing.T, b *bundle) {
 	}
 	wantStatus(t, "checkpoint 4, below the aborted 5", b.get("j", 4), coordinator.StatusPreparing)
 	wantStatus(t, "checkpoint 6, above the aborted 5", b.get("j", 6), coordinator.StatusAborted)
+}
+
+// testRule9AbortCascadesPastItsVoters: a participant's abort also aborts the higher
+// checkpoints that do not expect it (opened after the job's participants changed). This is
+// intended: the pipeline's data is ordered job-wide, so what a higher checkpoint holds
+// follows data that will be replayed, whoever votes on it.
+func testRule9AbortCascadesPastItsVoters(t *testing.T, b *bundle) {
+	b.job("j", withMax(config("a", "b"), 3))
+	b.prepare("j") // 1: expects a and b
+	if _, _, err := b.svc.PutJob(b.ctx, "j", withMax(config("b", "c"), 3)); err != nil {
+		t.Fatal(err)
+	}
+	if e := b.register("j", "c"); e != 1 {
+		t.Fatalf("Register(c): epoch %d", e)
+	}
+	b.prepare("j") // 2: expects b and c, not a
+	b.vote("j", 2, "b", prepared(1, ""))
+	b.vote("j", 2, "c", prepared(1, ""))
+	wantStatus(t, "checkpoint 2, unanimous above the open 1", b.get("j", 2), coordinator.StatusPreparing)
+	wantStatus(t, "a's abort vote on 1", b.vote("j", 1, "a", abortVote(1, "disk full")), coordinator.StatusAborted)
+	cp := b.get("j", 2)
+	wantStatus(t, "checkpoint 2, which does not expect a, above the aborted 1", cp, coordinator.StatusAborted)
+	if cp.DecisionCause != coordinator.CauseLowerAborted {
+		t.Fatalf("checkpoint 2's decision cause %q, want %q", cp.DecisionCause, coordinator.CauseLowerAborted)
+	}
 }
 
 func testCommitVotesMissing(t *testing.T, b *bundle) {

@@ -265,7 +265,9 @@ type Checkpoint struct {
 	// (`all_prepared`), `POST .../commit` (`commit_request`), an `abort` vote
 	// (`abort_vote`), `POST .../abort` (`abort_request`), the deadline (`deadline`), a
 	// participant that had not voted registered again (`registration`), a lower
-	// checkpoint of the job was aborted (`lower_aborted`). Null while `preparing`.
+	// checkpoint of the job was aborted (`lower_aborted`: every higher `preparing`
+	// checkpoint is aborted with it, also one that does not expect the participant whose
+	// abort started it, since the job's data is ordered job-wide). Null while `preparing`.
 	DecisionCause *CheckpointDecisionCause `json:"decision_cause"`
 	Id            int64                    `json:"id"`
 
@@ -282,7 +284,9 @@ type Checkpoint struct {
 // (`all_prepared`), `POST .../commit` (`commit_request`), an `abort` vote
 // (`abort_vote`), `POST .../abort` (`abort_request`), the deadline (`deadline`), a
 // participant that had not voted registered again (`registration`), a lower
-// checkpoint of the job was aborted (`lower_aborted`). Null while `preparing`.
+// checkpoint of the job was aborted (`lower_aborted`: every higher `preparing`
+// checkpoint is aborted with it, also one that does not expect the participant whose
+// abort started it, since the job's data is ordered job-wide). Null while `preparing`.
 type CheckpointDecisionCause string
 
 // CheckpointList defines model for CheckpointList.

@@ -93,7 +93,7 @@ func define(command string, cfg *config) *cli.Settings {
 		"PostgreSQL `URL` (postgres://user:password@host:5432/db?sslmode=disable). Without one, the embedded store in --data-dir is used")
 	s.Twin("database-url", "COORDINATOR_DATABASE_URL")
 	if command == "serve" {
-		fs.DurationVar(&cfg.databaseWait, "database-wait", 0,
+		cli.DurationVar(fs, &cfg.databaseWait, "database-wait", 0,
 			"at start-up, how long (`duration`) to keep retrying a --database-url that does not answer yet (connection refused, "+
 				"host not resolvable, server starting up) before giving up; 0: do not wait. Not used by the embedded store")
 		s.Twin("database-wait", "COORDINATOR_DATABASE_WAIT")
@@ -132,19 +132,19 @@ func define(command string, cfg *config) *cli.Settings {
 			"soft memory limit of the Go runtime (`size`, like 512MiB): the collector works harder near it. 0: GOMEMLIMIT if set, "+
 				"else 90% of the container's (cgroup) limit, else none")
 		s.Twin("memory-limit", "COORDINATOR_MEMORY_LIMIT")
-		fs.DurationVar(&cfg.requestTimeout, "request-timeout", 30*time.Second,
+		cli.DurationVar(fs, &cfg.requestTimeout, "request-timeout", 30*time.Second,
 			"longest a request's work may take (`duration`), a long-poll's wait_ms coming on top; past it the answer is 503 unavailable")
 		s.Twin("request-timeout", "COORDINATOR_REQUEST_TIMEOUT")
-		fs.DurationVar(&cfg.shutdownTimeout, "shutdown-timeout", 15*time.Second,
+		cli.DurationVar(fs, &cfg.shutdownTimeout, "shutdown-timeout", 15*time.Second,
 			"on SIGTERM or SIGINT, how long (`duration`) in-flight requests may still take before their connections are closed")
 		s.Twin("shutdown-timeout", "COORDINATOR_SHUTDOWN_TIMEOUT")
-		fs.DurationVar(&cfg.sweepInterval, "sweep-interval", 200*time.Millisecond,
+		cli.DurationVar(fs, &cfg.sweepInterval, "sweep-interval", 200*time.Millisecond,
 			"how often (`duration`) checkpoints past their deadline are looked for and aborted; at most 1s")
 		s.Twin("sweep-interval", "COORDINATOR_SWEEP_INTERVAL")
 		fs.StringVar(&cfg.debugListen, "debug-listen", "",
 			"`address` to serve Go's profiles on (/debug/pprof/), apart from the API; empty: none. Keep it on loopback: profiles show the process's internals")
 		s.Twin("debug-listen", "COORDINATOR_DEBUG_LISTEN")
-		fs.DurationVar(&cfg.readHeaderTimeout, "read-header-timeout", defaultReadHeaderTimeout,
+		cli.DurationVar(fs, &cfg.readHeaderTimeout, "read-header-timeout", defaultReadHeaderTimeout,
 			"how long (`duration`) a client may take to send a request's headers before its connection is closed")
 		s.Twin("read-header-timeout", "COORDINATOR_READ_HEADER_TIMEOUT")
 		fs.IntVar(&cfg.maxHeaderBytes, "max-header-bytes", defaultMaxHeaderBytes,
@@ -159,7 +159,7 @@ func define(command string, cfg *config) *cli.Settings {
 				"read by their clients; past it a page of checkpoints or a single checkpoint gets 503 unavailable with "+
 				"Retry-After (0: no bound)")
 		s.Twin("max-answer-bytes", "COORDINATOR_MAX_ANSWER_BYTES")
-		fs.DurationVar(&cfg.parkAfter, "park-after", api.DefaultParkAfter,
+		cli.DurationVar(fs, &cfg.parkAfter, "park-after", api.DefaultParkAfter,
 			"an HTTP/1.1 long-poll on pending that has waited this `duration` is parked: its connection set aside "+
 				"with only the wait's state until it answers, then handed back (0: never parked)")
 		s.Twin("park-after", "COORDINATOR_PARK_AFTER")

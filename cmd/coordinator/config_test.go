@@ -220,6 +220,14 @@ func TestExitStatuses(t *testing.T) {
 		{"invalid flag", []string{"--max-body-bytes", "big"}, nil, exitUsage, "max-body-bytes"},
 		{"invalid environment", nil, []string{"COORDINATOR_SWEEP_INTERVAL=soon"}, exitUsage, "COORDINATOR_SWEEP_INTERVAL"},
 		{"stray argument", []string{"srve"}, nil, exitUsage, "srve"},
+		{"stray argument lists every command", []string{"srve"}, nil, exitUsage,
+			"(commands: serve, migrate, token, ctl, healthcheck, bench, fleet, seed, version, help)"},
+		{"a duration without its unit", []string{"--request-timeout", "5"}, nil, exitUsage,
+			`invalid value "5" for flag -request-timeout: a duration needs a unit: 5s, 5ms, 5m`},
+		{"a duration without its unit, from the environment", nil, []string{"COORDINATOR_SHUTDOWN_TIMEOUT=15"}, exitUsage,
+			"COORDINATOR_SHUTDOWN_TIMEOUT (twin of --shutdown-timeout): a duration needs a unit: 15s"},
+		{"not a duration at all", []string{"--park-after", "soon"}, nil, exitUsage, "not a duration: want a number with a unit, such as 5s"},
+		{"ctl's duration without its unit", []string{"ctl", "--timeout", "10", "jobs"}, nil, exitUsage, "a duration needs a unit: 10s"},
 		{"migrate without action", []string{"migrate"}, nil, exitUsage, "up, down or version"},
 		{"migrate unknown action", []string{"migrate", "sideways"}, nil, exitUsage, "sideways"},
 		{"empty data directory", []string{"--data-dir", ""}, nil, exitUsage, "--data-dir"},
@@ -261,5 +269,21 @@ func TestMigrateDownAsksForYes(t *testing.T) {
 	}
 	if code, stdout, stderr := migrateCmd("down", "--yes"); code != exitOK || !strings.Contains(stdout, "schema version 0") {
 		t.Fatalf("migrate down --yes: exit %d, %q, %s; want schema version 0", code, stdout, stderr)
+	}
+}
+
+// Every command the binary runs is one that the refusal of a stray argument lists, and
+// each answers --help.
+func TestEveryCommandListed(t *testing.T) {
+	t.Parallel()
+	for _, command := range commandNames {
+		args := []string{command, "--help"}
+		if command == "version" || command == "help" {
+			args = args[:1]
+		}
+		var stdout, stderr bytes.Buffer
+		if code := run(context.Background(), args, nil, &stdout, &stderr); code != exitOK {
+			t.Errorf("%s --help exited %d: %s", command, code, stderr.String())
+		}
 	}
 }

@@ -52,12 +52,15 @@ Usage:
   coordinator ctl [flags] COMMAND [flags] [ARGS]
 
 Commands:
-  checkpoints [--status S,...] [--job PATTERN] [--older-than D] [--limit N]
+  checkpoints [--status S,...] [--job PATTERN] [--older-than D] [--limit N] [--cursor C]
+  checkpoints --newest --job NAME [--status S,...] [--limit N] [--cursor C]
         checkpoints of every job the token may read, oldest first: those preparing or
         committing unless --status says otherwise (preparing, committing, committed, aborted,
         or all); --job keeps the jobs a pattern matches (a name, a prefix ending in *, or *);
         --older-than keeps those opened more than D ago; --limit bounds how many are shown
-        (default 100)
+        (default 100), and when it cut the list, the cursor to go on from is printed
+        (--cursor). With --newest, one job's checkpoints of every status (unless --status),
+        newest first: the end of a long history
   checkpoint JOB ID
         one checkpoint: its status, decision and every participant's vote and ack
   pending JOB PARTICIPANT
@@ -150,7 +153,7 @@ func (cfg *ctlConfig) define(fs *flag.FlagSet, def ctlConfig) {
 	fs.StringVar(&cfg.token, "token", def.token, "the bearer `token`")
 	fs.StringVar(&cfg.caFile, "ca-file", def.caFile, "PEM `file` of the CAs of an https:// coordinator")
 	fs.StringVar(&cfg.output, "o", def.output, "output `format`: table or json")
-	fs.DurationVar(&cfg.timeout, "timeout", def.timeout, "how long the whole command may take")
+	cli.DurationVar(fs, &cfg.timeout, "timeout", def.timeout, "how long the whole command may take")
 }
 
 // ctlEnv lists the environment twins of the ctl settings, which knownEnv counts as known.
@@ -171,6 +174,8 @@ type ctlOpts struct {
 	committingFor time.Duration
 	grace         time.Duration
 	reason        string
+	newest        bool
+	cursor        string
 }
 
 // ctlCmd is one command of ctl.
@@ -197,14 +202,16 @@ var ctlCommands = []ctlCmd{
 	{name: "checkpoints", run: ctlCheckpoints, flags: func(fs *flag.FlagSet, o *ctlOpts) {
 		fs.StringVar(&o.status, "status", "", "comma-separated statuses, or all")
 		ctlJobFlag(fs, o)
-		fs.DurationVar(&o.olderThan, "older-than", 0, "keep those opened more than this long ago")
+		cli.DurationVar(fs, &o.olderThan, "older-than", 0, "keep those opened more than this long ago")
+		fs.BoolVar(&o.newest, "newest", false, "one job's checkpoints (--job NAME), newest first")
+		fs.StringVar(&o.cursor, "cursor", "", "go on from where a run that --limit cut stopped")
 		ctlLimitFlag(fs, o)
 	}},
 	{name: "checkpoint", args: []string{"JOB", "ID"}, run: ctlCheckpoint},
 	{name: "pending", args: []string{"JOB", "PARTICIPANT"}, run: ctlPending},
 	{name: "find-stuck", run: ctlFindStuck, flags: func(fs *flag.FlagSet, o *ctlOpts) {
-		fs.DurationVar(&o.committingFor, "committing-for", 10*time.Minute, "how long committing is too long")
-		fs.DurationVar(&o.grace, "grace", 5*time.Second, "how long past its deadline preparing is too long")
+		cli.DurationVar(fs, &o.committingFor, "committing-for", 10*time.Minute, "how long committing is too long")
+		cli.DurationVar(fs, &o.grace, "grace", 5*time.Second, "how long past its deadline preparing is too long")
 		ctlJobFlag(fs, o)
 	}},
 	{name: "abort", args: []string{"JOB", "ID"}, run: ctlDecide("abort"), flags: func(fs *flag.FlagSet, o *ctlOpts) { ctlReasonFlag(fs, o) }},
@@ -405,6 +412,12 @@ func (cfg *ctlConfig) validate() error {
 func (o *ctlOpts) validate() error {
 	if o.job != "" && !ctlJobPattern.MatchString(o.job) {
 		return fmt.Errorf("--job must be a job's name, a prefix of one followed by *, or *, not %q", o.job)
+	}
+	if o.newest && (o.job == "" || strings.HasSuffix(o.job, "*")) {
+		return fmt.Errorf("--newest lists one job's checkpoints: name it with --job NAME (not a pattern)")
+	}
+	if o.newest && o.olderThan > 0 {
+		return fmt.Errorf("--older-than keeps the old ones: it does not go with --newest")
 	}
 	if o.limit < 1 || o.limit > 100000 {
 		return fmt.Errorf("--limit must be from 1 to 100000, not %d", o.limit)
@@ -623,8 +636,12 @@ type ctlPage[T any] struct {
 // It returns the items, as typed and as sent, and the cursor of what is left when max
 // left some out.
 func ctlCollect[T any](ctx context.Context, max int, fetch func(ctx context.Context, cursor *string, limit int) (ctlPage[T], error)) (ctlPage[T], error) {
+	return ctlCollectFrom(ctx, nil, max, fetch)
+}
+
+// ctlCollectFrom is ctlCollect from the page cursor names (nil: the first).
+func ctlCollectFrom[T any](ctx context.Context, cursor *string, max int, fetch func(ctx context.Context, cursor *string, limit int) (ctlPage[T], error)) (ctlPage[T], error) {
 	var all ctlPage[T]
-	var cursor *string
 	for {
 		limit := 1000
 		if max > 0 {
@@ -682,9 +699,36 @@ func (c *ctlRun) writeJSON(v any) error {
 	return enc.Encode(v)
 }
 
-// openCheckpoints lists checkpoints across jobs (GET /v1/checkpoints), oldest first.
-func (c *ctlRun) openCheckpoints(ctx context.Context, params coordinatorclient.ListOpenCheckpointsParams, max int) (ctlPage[coordinatorclient.Checkpoint], error) {
-	return ctlCollect(ctx, max, func(ctx context.Context, cursor *string, limit int) (ctlPage[coordinatorclient.Checkpoint], error) {
+// jobCheckpoints lists one job's checkpoints (GET /v1/jobs/{job}/checkpoints), newest first,
+// from the page cursor names (nil: the first).
+func (c *ctlRun) jobCheckpoints(ctx context.Context, job string, params coordinatorclient.ListCheckpointsParams, cursor *string, max int) (ctlPage[coordinatorclient.Checkpoint], error) {
+	return ctlCollectFrom(ctx, cursor, max, func(ctx context.Context, cursor *string, limit int) (ctlPage[coordinatorclient.Checkpoint], error) {
+		params := params
+		params.Cursor, params.Limit = cursor, &limit
+		var list *coordinatorclient.CheckpointList
+		out, err := c.call(ctx, "list checkpoints of "+job, func(ctx context.Context) (ctlAnswer, error) {
+			r, err := c.api.ListCheckpointsWithResponse(ctx, job, &params)
+			if err != nil {
+				return ctlAnswer{}, err
+			}
+			list = r.JSON200
+			return ctlAnswer{r.HTTPResponse, r.Body, r.ApplicationproblemJSONDefault, list != nil}, nil
+		})
+		if err != nil {
+			return ctlPage[coordinatorclient.Checkpoint]{}, err
+		}
+		raw, err := ctlRawItems(out.body)
+		if err != nil {
+			return ctlPage[coordinatorclient.Checkpoint]{}, ctlNoAnswer{op: "list checkpoints of " + job, err: err}
+		}
+		return ctlPage[coordinatorclient.Checkpoint]{items: list.Items, raw: raw, next: list.NextCursor}, nil
+	})
+}
+
+// openCheckpoints lists checkpoints across jobs (GET /v1/checkpoints), oldest first, from
+// the page cursor names (nil: the first).
+func (c *ctlRun) openCheckpoints(ctx context.Context, params coordinatorclient.ListOpenCheckpointsParams, cursor *string, max int) (ctlPage[coordinatorclient.Checkpoint], error) {
+	return ctlCollectFrom(ctx, cursor, max, func(ctx context.Context, cursor *string, limit int) (ctlPage[coordinatorclient.Checkpoint], error) {
 		params := params
 		params.Cursor, params.Limit = cursor, &limit
 		var list *coordinatorclient.CheckpointList

@@ -18,18 +18,33 @@ import (
 
 // ctlCheckpoints is "ctl checkpoints": GET /v1/checkpoints, every page up to --limit.
 func ctlCheckpoints(ctx context.Context, c *ctlRun, _ []string) (int, error) {
-	var params coordinatorclient.ListOpenCheckpointsParams
-	if sts, _ := ctlParseStatuses(c.opts.status); sts != nil {
-		params.Status = &sts
+	var cursor *string
+	if c.opts.cursor != "" {
+		cursor = &c.opts.cursor
 	}
-	if c.opts.job != "" {
-		params.Job = &c.opts.job
+	sts, _ := ctlParseStatuses(c.opts.status)
+	var list ctlPage[coordinatorclient.Checkpoint]
+	var err error
+	if c.opts.newest {
+		var params coordinatorclient.ListCheckpointsParams
+		if sts != nil {
+			params.Status = &sts
+		}
+		list, err = c.jobCheckpoints(ctx, c.opts.job, params, cursor, c.opts.limit)
+	} else {
+		var params coordinatorclient.ListOpenCheckpointsParams
+		if sts != nil {
+			params.Status = &sts
+		}
+		if c.opts.job != "" {
+			params.Job = &c.opts.job
+		}
+		if c.opts.olderThan > 0 {
+			ms := c.opts.olderThan.Milliseconds()
+			params.OlderThanMs = &ms
+		}
+		list, err = c.openCheckpoints(ctx, params, cursor, c.opts.limit)
 	}
-	if c.opts.olderThan > 0 {
-		ms := c.opts.olderThan.Milliseconds()
-		params.OlderThanMs = &ms
-	}
-	list, err := c.openCheckpoints(ctx, params, c.opts.limit)
 	if err != nil {
 		return 0, err
 	}
@@ -58,7 +73,8 @@ func ctlCheckpoints(ctx context.Context, c *ctlRun, _ []string) (int, error) {
 		return 0, err
 	}
 	if list.next != nil {
-		fmt.Fprintf(c.stderr, "coordinator ctl checkpoints: more checkpoints match than the %d shown: raise --limit\n", len(list.items))
+		fmt.Fprintf(c.stderr, "coordinator ctl checkpoints: more checkpoints match than the %d shown: raise --limit, or go on with --cursor %s\n",
+			len(list.items), *list.next)
 	}
 	return ctlExitOK, nil
 }
@@ -178,14 +194,14 @@ func ctlFindStuck(ctx context.Context, c *ctlRun, _ []string) (int, error) {
 	}
 	committing := []coordinatorclient.CheckpointStatus{coordinatorclient.Committing}
 	olderMs := c.opts.committingFor.Milliseconds()
-	slow, err := c.openCheckpoints(ctx, coordinatorclient.ListOpenCheckpointsParams{Status: &committing, Job: job, OlderThanMs: &olderMs}, 0)
+	slow, err := c.openCheckpoints(ctx, coordinatorclient.ListOpenCheckpointsParams{Status: &committing, Job: job, OlderThanMs: &olderMs}, nil, 0)
 	if err != nil {
 		return 0, err
 	}
 	// A checkpoint past its deadline by the grace is at least that old.
 	preparing := []coordinatorclient.CheckpointStatus{coordinatorclient.Preparing}
 	graceMs := c.opts.grace.Milliseconds()
-	open, err := c.openCheckpoints(ctx, coordinatorclient.ListOpenCheckpointsParams{Status: &preparing, Job: job, OlderThanMs: &graceMs}, 0)
+	open, err := c.openCheckpoints(ctx, coordinatorclient.ListOpenCheckpointsParams{Status: &preparing, Job: job, OlderThanMs: &graceMs}, nil, 0)
 	if err != nil {
 		return 0, err
 	}

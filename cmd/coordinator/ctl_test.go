@@ -570,6 +570,9 @@ func TestCtlUsage(t *testing.T) {
 		{[]string{"checkpoints", "--limit", "0"}, "--limit must be"},
 		{[]string{"checkpoints", "--older-than", "-1m"}, "--older-than must be"},
 		{[]string{"checkpoints", "--reason", "x"}, "not defined"},
+		{[]string{"checkpoints", "--newest"}, "--newest lists one job's checkpoints"},
+		{[]string{"checkpoints", "--newest", "--job", "orders-*"}, "--newest lists one job's checkpoints"},
+		{[]string{"checkpoints", "--newest", "--job", "orders", "--older-than", "1m"}, "does not go with --newest"},
 		{[]string{"--url", "ftp://x", "audit"}, "--url"},
 		{[]string{"--timeout", "0s", "audit"}, "--timeout must be positive"},
 		{[]string{"--ca-file", "/nonexistent", "audit"}, "--ca-file is for an https://"},
@@ -608,3 +611,55 @@ func TestCtlShortDurations(t *testing.T) {
 }
 
 func itoa(i int64) string { return strconv.FormatInt(i, 10) }
+
+// A long history: checkpoints shows the oldest first and says how to go on; --cursor goes
+// on; --newest shows the end of one job's history.
+func TestCtlLongHistory(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	f := setupCtl(t)
+	viewer := f.token(t, "viewer", coordinator.ScopeRead)
+	c := f.coord
+	if _, err := c.PutJob(ctx, "long", coordinatorclient.JobConfig{Participants: []string{"a"}}); err != nil {
+		t.Fatal(err)
+	}
+	reg, err := c.Register(ctx, "long", "a")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for range 7 {
+		cp, err := c.OpenCheckpoint(ctx, "long", "", 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := c.Vote(ctx, "long", cp.Id, "a", coordinatorclient.VoteRequest{Epoch: reg.Epoch, Vote: coordinatorclient.VoteKindAbort}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	ids := func(stdout string) []string {
+		var out []string
+		for _, line := range strings.Split(strings.TrimSpace(stdout), "\n")[1:] {
+			out = append(out, strings.Fields(line)[1])
+		}
+		return out
+	}
+	r := f.ctl(t, viewer, "checkpoints", "--status", "all", "--limit", "3")
+	r.want(t, 0, "JOB")
+	if got := ids(r.stdout); !slices.Equal(got, []string{"1", "2", "3"}) {
+		t.Fatalf("the first 3: %q", got)
+	}
+	_, cursor, ok := strings.Cut(r.stderr, "--cursor ")
+	if !ok {
+		t.Fatalf("a cut list does not say how to go on: %q", r.stderr)
+	}
+	cursor = strings.TrimSpace(cursor)
+	r = f.ctl(t, viewer, "checkpoints", "--status", "all", "--limit", "3", "--cursor", cursor)
+	if got := ids(r.stdout); !slices.Equal(got, []string{"4", "5", "6"}) {
+		t.Fatalf("the next 3 from the cursor: %q (%s)", got, r.stderr)
+	}
+	r = f.ctl(t, viewer, "checkpoints", "--newest", "--job", "long", "--limit", "2")
+	r.want(t, 0, "JOB")
+	if got := ids(r.stdout); !slices.Equal(got, []string{"7", "6"}) {
+		t.Fatalf("the newest 2: %q (%s)", got, r.stderr)
+	}
+}

@@ -166,10 +166,13 @@ func checkArgs(command string, rest []string) error {
 		return fmt.Errorf("migrate needs up, down or version, not %q", rest[0])
 	}
 	if len(rest) > 0 {
-		return fmt.Errorf("unexpected argument %q (commands: serve, migrate, bench, seed, healthcheck, version, help)", rest[0])
+		return fmt.Errorf("unexpected argument %q (commands: %s)", rest[0], strings.Join(commandNames, ", "))
 	}
 	return nil
 }
+
+// commandNames are the binary's commands, as an unexpected argument's refusal lists them.
+var commandNames = []string{"serve", "migrate", "token", "ctl", "healthcheck", "bench", "fleet", "seed", "version", "help"}
 
 func newLogger(cfg config, w io.Writer) *slog.Logger {
 	opts := &slog.HandlerOptions{Level: cfg.logLevel}

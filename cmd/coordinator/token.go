@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/twophase/coordinator/coordinator"
+	"github.com/twophase/coordinator/internal/cli"
 )
 
 // tokenFlags are the token command's own flags.
@@ -30,7 +31,7 @@ func defineToken(fs *flag.FlagSet, t *tokenFlags) {
 	fs.StringVar(&t.scopes, "scopes", "", "create: comma-separated `scopes`: read, participant, trigger, operator, admin")
 	fs.StringVar(&t.job, "job", "*", "create: the `pattern` of the jobs the scopes apply to: a job's name, a prefix ending in *, or *")
 	fs.StringVar(&t.participant, "participant", "", "create: with the participant scope, the `participant` the token acts as")
-	fs.DurationVar(&t.expiresIn, "expires-in", 0, "create: how long (`duration`) the token is accepted, e.g. 720h; 0: until revoked")
+	cli.DurationVar(fs, &t.expiresIn, "expires-in", 0, "create: how long (`duration`) the token is accepted, e.g. 720h; 0: until revoked")
 	fs.StringVar(&t.output, "o", "table", "list and create: output `format`, table or json")
 }
 

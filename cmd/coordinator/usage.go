@@ -1,10 +1,11 @@
 package main
 
 import (
-	"flag"
 	"fmt"
 	"io"
 	"strings"
+
+	"github.com/twophase/coordinator/internal/cli"
 )
 
 const usageHeader = `coordinator: a two-phase-commit checkpoint coordinator over HTTP/JSON.
@@ -60,7 +61,7 @@ func usage(w io.Writer, command string) {
 	}
 	for _, name := range s.Order {
 		f := s.FS.Lookup(name)
-		placeholder, text := flag.UnquoteUsage(f)
+		placeholder, text := cli.UnquoteUsage(f)
 		head := "--" + f.Name
 		if placeholder != "" {
 			head += " " + placeholder

@@ -9,7 +9,9 @@ import (
 	"io"
 	"net/url"
 	"sort"
+	"strconv"
 	"strings"
+	"time"
 )
 
 // Exit statuses of every command.
@@ -126,4 +128,40 @@ func Scrub(s, secret string) string {
 		s = strings.ReplaceAll(s, esc, "xxxxx")
 	}
 	return s
+}
+
+// DurationVar defines a time.Duration flag, as flag.DurationVar does, whose refusal of a
+// value says what a duration looks like ("5" is refused with "needs a unit, such as 5s"),
+// where the flag package says only "parse error". Its environment twin says the same.
+func DurationVar(fs *flag.FlagSet, p *time.Duration, name string, value time.Duration, usage string) {
+	*p = value
+	fs.Var((*durationValue)(p), name, usage)
+}
+
+type durationValue time.Duration
+
+func (d *durationValue) Set(s string) error {
+	v, err := time.ParseDuration(s)
+	if err != nil {
+		if _, numErr := strconv.ParseFloat(strings.TrimSpace(s), 64); numErr == nil {
+			return fmt.Errorf("a duration needs a unit: %ss, %sms, %sm (units ns, us, ms, s, m, h)", s, s, s)
+		}
+		return fmt.Errorf("not a duration: want a number with a unit, such as 5s, 500ms, 2m or 1h30m")
+	}
+	*d = durationValue(v)
+	return nil
+}
+
+func (d *durationValue) Get() any { return time.Duration(*d) }
+
+func (d *durationValue) String() string { return time.Duration(*d).String() }
+
+// UnquoteUsage is flag.UnquoteUsage, which names the placeholder of a DurationVar flag
+// "duration" as it does for the flag package's own.
+func UnquoteUsage(f *flag.Flag) (name, usage string) {
+	name, usage = flag.UnquoteUsage(f)
+	if _, ok := f.Value.(*durationValue); ok && name == "value" {
+		name = "duration"
+	}
+	return name, usage
 }

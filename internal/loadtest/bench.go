@@ -101,15 +101,15 @@ func defineBench(cfg *benchConfig) *cli.Settings {
 	fs.BoolVar(&cfg.committablesRandom, "committables-random", false,
 		"fill the committables with random base64 (incompressible) instead of one repeated byte")
 	flagOnly("committables-random")
-	fs.DurationVar(&cfg.duration, "duration", 10*time.Second, "how long (`duration`) to measure, after the warm-up; with --rounds, a cap")
+	cli.DurationVar(fs, &cfg.duration, "duration", 10*time.Second, "how long (`duration`) to measure, after the warm-up; with --rounds, a cap")
 	flagOnly("duration")
 	fs.Int64Var(&cfg.rounds, "rounds", 0, "measure this `number` of rounds (over all jobs) instead of a duration; 0: use --duration")
 	flagOnly("rounds")
-	fs.DurationVar(&cfg.warmup, "warmup", time.Second, "`duration` of rounds run first and not counted in throughput or latency (errors still count)")
+	cli.DurationVar(fs, &cfg.warmup, "warmup", time.Second, "`duration` of rounds run first and not counted in throughput or latency (errors still count)")
 	flagOnly("warmup")
-	fs.DurationVar(&cfg.roundTimeout, "round-timeout", 10*time.Second, "longest a round may take (`duration`); a round not decided by then is a check failure")
+	cli.DurationVar(fs, &cfg.roundTimeout, "round-timeout", 10*time.Second, "longest a round may take (`duration`); a round not decided by then is a check failure")
 	flagOnly("round-timeout")
-	fs.DurationVar(&cfg.wait, "wait", 10*time.Second, "wait_ms of each long-poll of the decision waiter (`duration`, at most 60s)")
+	cli.DurationVar(fs, &cfg.wait, "wait", 10*time.Second, "wait_ms of each long-poll of the decision waiter (`duration`, at most 60s)")
 	flagOnly("wait")
 	fs.BoolVar(&cfg.json, "json", false, "print the report as one JSON object on stdout (the text report goes to stderr)")
 	flagOnly("json")
@@ -128,12 +128,12 @@ func defineBench(cfg *benchConfig) *cli.Settings {
 	flagOnly("pgbench-scale")
 	fs.StringVar(&cfg.fsyncDir, "fsync-dir", "", "`directory` of the fdatasync probe's temp file (default: next to the PostgreSQL data directory when it is local, else the temp directory)")
 	flagOnly("fsync-dir")
-	fs.DurationVar(&cfg.fsyncDuration, "fsync-duration", 2*time.Second, "how long (`duration`) the fdatasync probe runs")
+	cli.DurationVar(fs, &cfg.fsyncDuration, "fsync-duration", 2*time.Second, "how long (`duration`) the fdatasync probe runs")
 	flagOnly("fsync-duration")
 
 	fs.IntVar(&cfg.rssPID, "rss-pid", 0, "sample the resident memory of this `process` (the coordinator) from /proc/PID/status while the bench runs, and report its CPU per round and per vote")
 	flagOnly("rss-pid")
-	fs.DurationVar(&cfg.rssInterval, "rss-interval", 10*time.Second, "how often (`duration`) --rss-pid is sampled")
+	cli.DurationVar(fs, &cfg.rssInterval, "rss-interval", 10*time.Second, "how often (`duration`) --rss-pid is sampled")
 	flagOnly("rss-interval")
 	return s
 }
@@ -281,7 +281,7 @@ Exit status: 0 when every round was decided as expected and no request failed (o
 func printFlags(w io.Writer, s *cli.Settings, defaults map[string]string) {
 	for _, name := range s.Order {
 		f := s.FS.Lookup(name)
-		placeholder, text := flag.UnquoteUsage(f)
+		placeholder, text := cli.UnquoteUsage(f)
 		head := "--" + f.Name
 		if placeholder != "" {
 			head += " " + placeholder

@@ -72,17 +72,17 @@ func defineFleet(cfg *fleetConfig) *cli.Settings {
 	flagOnly("jobs")
 	fs.IntVar(&cfg.participants, "participants", 4, "`number` of participants of each job, each a Runner of its own")
 	flagOnly("participants")
-	fs.DurationVar(&cfg.interval, "interval", 2*time.Second, "each job's trigger opens a checkpoint every `duration`; "+
+	cli.DurationVar(fs, &cfg.interval, "interval", 2*time.Second, "each job's trigger opens a checkpoint every `duration`; "+
 		"the jobs' first openings are spread evenly over one interval")
 	flagOnly("interval")
-	fs.DurationVar(&cfg.duration, "duration", 60*time.Second, "how long (`duration`) to measure, after the warm-up")
+	cli.DurationVar(fs, &cfg.duration, "duration", 60*time.Second, "how long (`duration`) to measure, after the warm-up")
 	flagOnly("duration")
-	fs.DurationVar(&cfg.warmup, "warmup", 10*time.Second, "`duration` from the start of the triggers (or, with --idle, from the last "+
+	cli.DurationVar(fs, &cfg.warmup, "warmup", 10*time.Second, "`duration` from the start of the triggers (or, with --idle, from the last "+
 		"registration) to the start of the measurement; at least twice --interval")
 	flagOnly("warmup")
-	fs.DurationVar(&cfg.wait, "wait", 10*time.Second, "the Runners' long-poll (RunnerOptions.LongPoll, `duration`, at most 60s)")
+	cli.DurationVar(fs, &cfg.wait, "wait", 10*time.Second, "the Runners' long-poll (RunnerOptions.LongPoll, `duration`, at most 60s)")
 	flagOnly("wait")
-	fs.DurationVar(&cfg.checkpointTimeout, "checkpoint-timeout", 10*time.Second, "the jobs' checkpoint_timeout_ms (`duration`)")
+	cli.DurationVar(fs, &cfg.checkpointTimeout, "checkpoint-timeout", 10*time.Second, "the jobs' checkpoint_timeout_ms (`duration`)")
 	flagOnly("checkpoint-timeout")
 	fs.BoolVar(&cfg.idle, "idle", false, "no triggers: only the participants, waiting, to measure what an idle fleet costs")
 	flagOnly("idle")
@@ -90,7 +90,7 @@ func defineFleet(cfg *fleetConfig) *cli.Settings {
 	flagOnly("coordinator-pid")
 	fs.IntVar(&cfg.rssPID, "rss-pid", 0, "sample the resident memory of this `process`")
 	flagOnly("rss-pid")
-	fs.DurationVar(&cfg.rssInterval, "rss-interval", 5*time.Second, "how often (`duration`) --rss-pid is sampled")
+	cli.DurationVar(fs, &cfg.rssInterval, "rss-interval", 5*time.Second, "how often (`duration`) --rss-pid is sampled")
 	flagOnly("rss-interval")
 	fs.BoolVar(&cfg.postgres, "postgres", true, "measure the CPU of every process named postgres over the window (the whole server, "+
 		"whatever database it serves)")

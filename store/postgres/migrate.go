@@ -51,9 +51,34 @@ func newMigrate(databaseURL string) (*migrate.Migrate, error) {
 	}
 	m, err := migrate.NewWithSourceInstance("iofs", src, u)
 	if err != nil {
+		if missing := missingSchema(databaseURL); missing != nil {
+			return nil, missing
+		}
 		return nil, fmt.Errorf("connect for migrations: %w", err)
 	}
 	return m, nil
+}
+
+// missingSchema explains the failure of a database whose search_path names no schema that
+// exists (golang-migrate only says that CURRENT_SCHEMA() is NULL): which schema to create.
+// nil when that is not the cause, or the database cannot be asked.
+func missingSchema(databaseURL string) error {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	conn, err := pgx.Connect(ctx, databaseURL)
+	if err != nil {
+		return nil
+	}
+	defer conn.Close(context.Background())
+	var schema *string
+	var searchPath, database string
+	if err := conn.QueryRow(ctx, "SELECT current_schema(), current_setting('search_path'), current_database()").
+		Scan(&schema, &searchPath, &database); err != nil || schema != nil {
+		return nil
+	}
+	first := strings.Trim(strings.TrimSpace(strings.Split(searchPath, ",")[0]), `"`)
+	return fmt.Errorf("no schema of the search_path %q exists in database %s: create it first (CREATE SCHEMA %s;), "+
+		"or give a search_path that names a schema that exists", searchPath, database, pgx.Identifier{first}.Sanitize())
 }
 
 // newMigrateURL is golang-migrate's URL for a postgres:// one.
@@ -85,7 +110,9 @@ func MigrateUp(databaseURL string) error {
 	return closeMigrate(m, err)
 }
 
-// MigrateDown reverts every migration: it drops all the coordinator's tables and data.
+// MigrateDown reverts every migration: it drops all the coordinator's tables and data,
+// golang-migrate's own record of the version (schema_migrations) last, in the schema the
+// URL's search_path names (nothing else of a shared database).
 func MigrateDown(databaseURL string) error {
 	m, err := newMigrate(databaseURL)
 	if err != nil {
@@ -95,7 +122,20 @@ func MigrateDown(databaseURL string) error {
 	if errors.Is(err, migrate.ErrNoChange) {
 		err = nil
 	}
-	return closeMigrate(m, err)
+	if err = closeMigrate(m, err); err != nil {
+		return err
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	conn, err := pgx.Connect(ctx, databaseURL)
+	if err != nil {
+		return fmt.Errorf("drop schema_migrations: %w", err)
+	}
+	defer conn.Close(context.Background())
+	if _, err := conn.Exec(ctx, "DROP TABLE IF EXISTS schema_migrations"); err != nil {
+		return fmt.Errorf("drop schema_migrations: %w", err)
+	}
+	return nil
 }
 
 // MigrationVersion reports the schema's current version (0 when none is applied) and

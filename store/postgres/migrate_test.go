@@ -3,6 +3,8 @@ package postgres_test
 import (
 	"context"
 	"io/fs"
+	neturl "net/url"
+	"strings"
 	"testing"
 	"time"
 
@@ -174,5 +176,63 @@ func TestMigrationKeepsRollbacksOwed(t *testing.T) {
 	k, err := st.GetJob(ctx, "k")
 	if err != nil || k.LastCheckpoint != nil || k.Seq != 5 {
 		t.Fatalf("job k after the upgrade: %+v, %v; want no last checkpoint, seq 5", k, err)
+	}
+}
+
+// A database URL whose search_path names a schema that does not exist: the error says which
+// schema to create, not golang-migrate's "CURRENT_SCHEMA() is NULL".
+func TestMissingSchemaSaysWhichToCreate(t *testing.T) {
+	t.Parallel()
+	base := pgtest.URL(t)
+	u, err := neturl.Parse(base)
+	if err != nil {
+		t.Fatal(err)
+	}
+	q := u.Query()
+	q.Set("search_path", "coord")
+	u.RawQuery = q.Encode()
+	err = postgres.MigrateUp(u.String())
+	if err == nil || !strings.Contains(err.Error(), `CREATE SCHEMA "coord"`) || strings.Contains(err.Error(), "CURRENT_SCHEMA") {
+		t.Fatalf("migrations on a search_path whose schema is missing: %v; want the schema to create", err)
+	}
+	conn, err := pgx.Connect(context.Background(), base)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(context.Background())
+	if _, err := conn.Exec(context.Background(), `CREATE SCHEMA coord`); err != nil {
+		t.Fatal(err)
+	}
+	if err := postgres.MigrateUp(u.String()); err != nil {
+		t.Fatalf("migrations once the schema exists: %v", err)
+	}
+}
+
+// migrate down drops everything it made, golang-migrate's schema_migrations too, and
+// nothing else of the database.
+func TestMigrateDownLeavesNothing(t *testing.T) {
+	t.Parallel()
+	url := pgtest.URL(t)
+	conn, err := pgx.Connect(context.Background(), url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(context.Background())
+	if _, err := conn.Exec(context.Background(), "CREATE TABLE theirs (x int)"); err != nil {
+		t.Fatal(err)
+	}
+	if err := postgres.MigrateDown(url); err != nil {
+		t.Fatal(err)
+	}
+	rows, err := conn.Query(context.Background(), "SELECT tablename FROM pg_tables WHERE schemaname = current_schema() ORDER BY 1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	tables, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil || len(tables) != 1 || tables[0] != "theirs" {
+		t.Fatalf("tables left after migrate down: %q, %v; want only the one the test made", tables, err)
+	}
+	if err := postgres.MigrateUp(url); err != nil {
+		t.Fatalf("up after down: %v", err)
 	}
 }

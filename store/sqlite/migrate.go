@@ -96,15 +96,17 @@ func MigrateUp(dataDir string) error {
 	return errors.Join(err, lock.release())
 }
 
-// MigrateDown reverts every migration: it drops all the coordinator's tables and data.
-// Like MigrateUp it takes the directory's lock.
+// MigrateDown reverts every migration: it drops all the coordinator's tables and data,
+// golang-migrate's own record of the version (schema_migrations) last. Like MigrateUp it
+// takes the directory's lock.
 func MigrateDown(dataDir string) error {
 	dir, lock, err := ownDir(dataDir)
 	if err != nil {
 		return err
 	}
 	err = func() error {
-		m, err := newMigrate(filepath.Join(dir, DatabaseFileName))
+		path := filepath.Join(dir, DatabaseFileName)
+		m, err := newMigrate(path)
 		if err != nil {
 			return err
 		}
@@ -112,7 +114,15 @@ func MigrateDown(dataDir string) error {
 		if errors.Is(err, migrate.ErrNoChange) {
 			err = nil
 		}
-		return closeMigrate(m, err)
+		if err = closeMigrate(m, err); err != nil {
+			return err
+		}
+		db, err := openDB(path, false)
+		if err != nil {
+			return err
+		}
+		_, err = db.Exec("DROP TABLE IF EXISTS " + migratesqlite.DefaultMigrationsTable)
+		return errors.Join(err, db.Close())
 	}()
 	return errors.Join(err, lock.release())
 }

@@ -2,6 +2,7 @@ package sqlite_test
 
 import (
 	"context"
+	"database/sql"
 	"errors"
 	"fmt"
 	"os"
@@ -168,6 +169,28 @@ func TestMigrations(t *testing.T) {
 	}
 	if v, _, err := sqlite.MigrationVersion(dir); err != nil || v != 0 {
 		t.Fatal(v, err)
+	}
+	// Down drops everything, golang-migrate's own table too.
+	db, err := sql.Open("sqlite", filepath.Join(dir, sqlite.DatabaseFileName))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var tables []string
+	rows, err := db.Query("SELECT name FROM sqlite_master WHERE type = 'table' AND name NOT LIKE 'sqlite_%'")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for rows.Next() {
+		var name string
+		if err := rows.Scan(&name); err != nil {
+			t.Fatal(err)
+		}
+		tables = append(tables, name)
+	}
+	rows.Close()
+	db.Close()
+	if len(tables) != 0 {
+		t.Fatalf("tables left after migrate down: %q", tables)
 	}
 	if err := sqlite.MigrateUp(dir); err != nil {
 		t.Fatalf("up after down: %v", err)

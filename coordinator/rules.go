@@ -20,7 +20,7 @@ import (
 //	 1 one decision             JobState.Vote, Commit, Abort (decided checkpoints refuse: decidedRejection);
 //	                            decideCommit and decideAbort are the only places a status is decided
 //	 2 commit on unanimity      JobState.Advance and Commit (missingVotes)
-//	 3 durable before answered  the stores: JobTx.Apply is committed before Service answers
+//	 3 durable before acknowledged the stores: JobTx.Apply is committed before Service answers
 //	 4 idempotent writes        Vote (same vote again), Ack (acked already), Commit, Abort (decided so
 //	                            already); JobState.Prepare (Idempotency-Key, idempotency_conflict)
 //	 5 fencing                  checkEpoch (vote, ack); JobState.Register (new epoch, aborts the unvoted)
@@ -31,6 +31,10 @@ import (
 //	 8 many coordinators        the stores: the job's lock and JobTx.Now, the database's clock
 //	 9 commit order, no gaps    Advance (lowest first), Commit (lower_checkpoint_open), abort (cascade)
 //	10 bad input changes nothing validate.go: ValidateJobConfig, ValidateVote, ValidateName, ...
+//	11 nobody beyond their token Authenticator (tokens, revocation), Principal (Can, ActsAs, Reads);
+//	                            api's routeAccess and authorize; Service.AbortAsParticipant
+//	12 nothing owed deleted     Deletable (what retention may delete), Gone (410 for what it did);
+//	                            the stores' DeleteExpired, checked against Deletable by storetest
 //	   epoch 0 = never registered checkEpoch (not_registered)
 //	   too_many_checkpoints     JobState.Prepare
 //	   job_busy                 JobState.DeleteJob

@@ -111,3 +111,26 @@ func (s *Service) deleteExpired(ctx context.Context, jobs []string, opts Retenti
 func retentionPause(took, least time.Duration) time.Duration {
 	return max(4*took, least)
 }
+
+// Deletable reports whether retention may delete cp (rule 12): it is final (committed or
+// aborted), it owes nothing to anyone (OwesAnything: no prepared vote of an aborted one
+// left unacked), it completed more than retention before now, and it is not the job's last
+// committed checkpoint (lastCommitted: the id of the job's highest checkpoint whose
+// decision is commit, 0 if none), which a pipeline restores from. A retention of 0 keeps
+// everything. The stores' deletions select exactly these (their conformance suite checks
+// them against it).
+func Deletable(cp *Checkpoint, now time.Time, retention time.Duration, lastCommitted int64) bool {
+	if retention <= 0 || cp.CompletedAt == nil || cp.ID == lastCommitted {
+		return false
+	}
+	if cp.Status != StatusCommitted && cp.Status != StatusAborted {
+		return false
+	}
+	return cp.CompletedAt.Before(now.Add(-retention)) && !OwesAnything(cp)
+}
+
+// Gone reports whether checkpoint id of a job whose Seq is seq, which the store does not
+// hold, was issued and removed since (by retention, or with the job when it was deleted and
+// created again): ids up to Seq were issued and are never reused, so such an id answers
+// 410 gone rather than 404 not found.
+func Gone(id, seq int64) bool { return id >= 1 && id <= seq }

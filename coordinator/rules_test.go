@@ -2162,3 +2162,48 @@ func TestRulesLeaveTheStoresJobAlone(t *testing.T) {
 		t.Fatalf("replaying the mutation on a copy changed the store's job: epochs %v", stored.Epochs)
 	}
 }
+
+// Rule 12: what retention may delete, and when an id it deleted is gone.
+func TestDeletable(t *testing.T) {
+	t.Parallel()
+	now := time.Date(2026, 12, 5, 12, 0, 0, 0, time.UTC)
+	old := now.Add(-2 * time.Hour)
+	recent := now.Add(-time.Minute)
+	acked := old
+	cp := func(id int64, status Status, completed *time.Time, ps ...ParticipantState) *Checkpoint {
+		return &Checkpoint{ID: id, Status: status, CompletedAt: completed, Participants: ps}
+	}
+	preparedUnacked := ParticipantState{Name: "a", Vote: VotePrepared, Epoch: 1}
+	preparedAcked := ParticipantState{Name: "a", Vote: VotePrepared, Epoch: 1, AckedAt: &acked}
+	abortVote := ParticipantState{Name: "b", Vote: VoteAbort, Epoch: 1}
+	for _, tt := range []struct {
+		name          string
+		cp            *Checkpoint
+		retention     time.Duration
+		lastCommitted int64
+		want          bool
+	}{
+		{"committed, acked, expired", cp(1, StatusCommitted, &old, preparedAcked), time.Hour, 5, true},
+		{"committed but the last committed", cp(5, StatusCommitted, &old, preparedAcked), time.Hour, 5, false},
+		{"committed, not expired yet", cp(1, StatusCommitted, &recent, preparedAcked), time.Hour, 5, false},
+		{"retention 0 keeps everything", cp(1, StatusCommitted, &old, preparedAcked), 0, 5, false},
+		{"aborted, nothing prepared", cp(2, StatusAborted, &old, abortVote), time.Hour, 5, true},
+		{"aborted, a prepared vote rolled back (acked)", cp(2, StatusAborted, &old, preparedAcked, abortVote), time.Hour, 5, true},
+		{"aborted, a prepared vote not rolled back: owed", cp(2, StatusAborted, &old, preparedUnacked, abortVote), time.Hour, 5, false},
+		{"aborted, the highest and last id", cp(9, StatusAborted, &old, abortVote), time.Hour, 5, true},
+		{"committing: owed", cp(3, StatusCommitting, nil, preparedUnacked), time.Hour, 3, false},
+		{"preparing", cp(4, StatusPreparing, nil), time.Hour, 0, false},
+	} {
+		if got := Deletable(tt.cp, now, tt.retention, tt.lastCommitted); got != tt.want {
+			t.Errorf("%s: Deletable = %v, want %v", tt.name, got, tt.want)
+		}
+	}
+	for _, tt := range []struct {
+		id, seq int64
+		want    bool
+	}{{1, 5, true}, {5, 5, true}, {6, 5, false}, {1, 0, false}, {0, 5, false}, {-1, 5, false}} {
+		if got := Gone(tt.id, tt.seq); got != tt.want {
+			t.Errorf("Gone(%d, seq %d) = %v, want %v", tt.id, tt.seq, got, tt.want)
+		}
+	}
+}

@@ -817,7 +817,7 @@ func (s *Service) onCheckpoint(ctx context.Context, job string, id int64, rule f
 		if cp == nil {
 			var err error
 			if cp, err = tx.Checkpoint(ctx, id); err != nil {
-				if err == ErrNotFound && id <= st.Job.Seq {
+				if err == ErrNotFound && Gone(id, st.Job.Seq) {
 					err = ErrGone // ids are never reused: it was issued, and removed since
 				}
 				return checkpointError(job, id, err)

@@ -502,7 +502,7 @@ func (s *Store) GetCheckpoint(ctx context.Context, job string, id int64) (*coord
 	if err != nil {
 		return nil, translate(err)
 	}
-	if id <= seq {
+	if coordinator.Gone(id, seq) {
 		return nil, coordinator.ErrGone
 	}
 	return nil, nil

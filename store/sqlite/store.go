@@ -324,7 +324,7 @@ func (s *Store) GetCheckpoint(ctx context.Context, job string, id int64) (*coord
 		cp, err = tx.Checkpoint(ctx, id)
 		if err == coordinator.ErrNotFound {
 			cp, err = nil, nil
-			if id <= tx.Job().Seq {
+			if coordinator.Gone(id, tx.Job().Seq) {
 				err = coordinator.ErrGone
 			}
 		}

@@ -440,3 +440,70 @@ func testRetention(t *testing.T, b *bundle) {
 		t.Fatalf("last committed %v, want 5", j.LastCommitted)
 	}
 }
+
+// testRetentionAgreesWithDeletable: what the store's deletion removes is exactly what
+// coordinator.Deletable (rule 12) says it may, over checkpoints of every kind: committed and
+// acked, the last committed, committing, aborted with a prepared vote rolled back or not,
+// aborted with none, not expired yet, preparing.
+func testRetentionAgreesWithDeletable(t *testing.T, b *bundle) {
+	cfg := withMax(config("a", "b"), 10)
+	cfg.Retention = coordinator.MinRetention
+	b.job("j", cfg)
+	commit := func(ackB bool) {
+		id := b.prepare("j").ID
+		b.vote("j", id, "a", prepared(1, ""))
+		b.vote("j", id, "b", prepared(1, ""))
+		b.ack("j", id, "a", 1)
+		if ackB {
+			b.ack("j", id, "b", 1)
+		}
+	}
+	commit(true)   // 1: committed
+	b.prepare("j") // 2: aborted, a's prepared vote not rolled back
+	b.vote("j", 2, "a", prepared(1, `["a-2"]`))
+	b.vote("j", 2, "b", abortVote(1, "no"))
+	b.prepare("j") // 3: aborted, a's prepared vote rolled back
+	b.vote("j", 3, "a", prepared(1, `["a-3"]`))
+	b.vote("j", 3, "b", abortVote(1, "no"))
+	b.ack("j", 3, "a", 1)
+	b.prepare("j") // 4: aborted, no prepared vote
+	b.vote("j", 4, "a", abortVote(1, "no"))
+	commit(true)  // 5: committed
+	commit(false) // 6: committing (b never acks): the last committed
+	time.Sleep(coordinator.MinRetention + 200*time.Millisecond)
+	commit(true)   // 7: committed just now, not expired
+	b.prepare("j") // 8: preparing
+	var lastCommitted int64
+	cps := map[int64]*coordinator.Checkpoint{}
+	for id := int64(1); id <= 8; id++ {
+		cp, err := b.store.GetCheckpoint(b.ctx, "j", id)
+		if err != nil || cp == nil {
+			t.Fatalf("checkpoint %d: %v, %v", id, cp, err)
+		}
+		cps[id] = cp
+		if cp.Status == coordinator.StatusCommitting || cp.Status == coordinator.StatusCommitted {
+			lastCommitted = id
+		}
+	}
+	now := time.Now()
+	want := map[int64]bool{}
+	for id, cp := range cps {
+		want[id] = coordinator.Deletable(cp, now, cfg.Retention, lastCommitted)
+	}
+	if fmt.Sprint(want) != fmt.Sprint(map[int64]bool{1: true, 2: false, 3: true, 4: true, 5: true, 6: false, 7: false, 8: false}) {
+		t.Fatalf("Deletable over the history: %v", want) // the premise of the comparison below
+	}
+	if _, _, _, err := b.store.DeleteExpired(b.ctx, []string{"j"}, 100); err != nil {
+		t.Fatal(err)
+	}
+	for id := int64(1); id <= 8; id++ {
+		cp, err := b.store.GetCheckpoint(b.ctx, "j", id)
+		deleted := errors.Is(err, coordinator.ErrGone)
+		if !deleted && (err != nil || cp == nil) {
+			t.Fatalf("checkpoint %d after the deletion: %v, %v", id, cp, err)
+		}
+		if deleted != want[id] {
+			t.Errorf("checkpoint %d (%s): deleted %v, but Deletable says %v", id, cps[id].Status, deleted, want[id])
+		}
+	}
+}

@@ -175,7 +175,7 @@ func (s *memStore) GetCheckpoint(ctx context.Context, job string, id int64) (*co
 		cp, err = tx.Checkpoint(ctx, id)
 		if err == coordinator.ErrNotFound {
 			cp, err = nil, nil
-			if id <= tx.Job().Seq {
+			if coordinator.Gone(id, tx.Job().Seq) {
 				err = coordinator.ErrGone
 			}
 		}
@@ -571,11 +571,10 @@ func (s *memStore) expired(job string) []*coordinator.Checkpoint {
 			last = max(last, cp.ID)
 		}
 	}
-	cutoff := time.Now().Add(-j.Config.Retention)
+	now := time.Now()
 	var expired []*coordinator.Checkpoint
 	for _, cp := range s.state.cps[job] {
-		if cp.ID != last && cp.CompletedAt != nil && cp.CompletedAt.Before(cutoff) && !coordinator.OwesAnything(cp) &&
-			(cp.Status == coordinator.StatusCommitted || cp.Status == coordinator.StatusAborted) {
+		if coordinator.Deletable(cp, now, j.Config.Retention, last) {
 			expired = append(expired, cp)
 		}
 	}

@@ -25,6 +25,7 @@ func runProtocol(t *testing.T, o opener) {
 		{"Decisions/Audit", testAudit},
 		{"Retention", testRetention},
 		{"Retention/PassAcrossJobs", testRetentionPassAcrossJobs},
+		{"Retention/AgreesWithDeletable", testRetentionAgreesWithDeletable},
 		{"Vote/Idempotent", testVoteIdempotent},
 		{"Vote/Conflict", testVoteConflict},
 		{"Fencing/OldEpochFenced", testFencing},

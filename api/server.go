@@ -138,7 +138,7 @@ func (s *server) GetPending(ctx context.Context, req GetPendingRequestObject) (G
 		// An answer before the time was up is the answer (something owed, a new epoch,
 		// the coordinator shutting down); one at the time found nothing, and the wait
 		// goes on, at the epoch it knew.
-		if len(p.Items) == 0 && (epoch == 0 || p.Epoch == epoch) && time.Since(start) >= first {
+		if !coordinator.PendingAnswers(p, epoch, epoch == 0) && time.Since(start) >= first {
 			return pendingWait{s: s, ctx: ctx, job: req.Job, participant: req.Participant,
 				epoch: p.Epoch, until: start.Add(total)}, nil
 		}

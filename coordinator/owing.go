@@ -89,3 +89,18 @@ func (rd *owingRead) answer() (*owingView, error) {
 	}
 	return &rd.view, nil
 }
+
+// The one answer for waits: when a long-poll (pending with wait_ms, a checkpoint or a vote
+// with wait_ms) has its answer, whichever process, store or parked request waits.
+
+// PendingAnswers reports whether a wait on what a participant owes, by the instance that
+// registered with epoch, has its answer in p: something is owed, or the participant's epoch
+// is no longer epoch (it registered again, or, epoch 0, registered for the first time).
+// With anyEpoch, a caller that does not know its epoch yet, only something owed answers.
+func PendingAnswers(p *Pending, epoch int64, anyEpoch bool) bool {
+	return len(p.Items) > 0 || !anyEpoch && p.Epoch != epoch
+}
+
+// CheckpointAnswers reports whether a wait on checkpoint cp's decision has its answer: it
+// is decided (no longer preparing).
+func CheckpointAnswers(cp *Checkpoint) bool { return cp.Status != StatusPreparing }

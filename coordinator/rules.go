@@ -27,7 +27,8 @@ import (
 //	 6 exact deadlines          JobState.Expire, run first on every state (Service.update) and by the
 //	                            sweeper (Service.SweepExpired); PendingItems hides what expired
 //	 7 nothing owed forgotten   Owed, MayOwe (what JobTx.Owing selects), PendingItems, OwesAnything;
-//	                            CheckParticipant
+//	                            CheckParticipant; PendingAnswers and CheckpointAnswers (when a
+//	                            long-poll has its answer, wherever it waits)
 //	 8 many coordinators        the stores: the job's lock and JobTx.Now, the database's clock
 //	 9 commit order, no gaps    Advance (lowest first), Commit (lower_checkpoint_open), abort (cascade)
 //	10 bad input changes nothing validate.go: ValidateJobConfig, ValidateVote, ValidateName, ...

@@ -2207,3 +2207,36 @@ func TestDeletable(t *testing.T) {
 		}
 	}
 }
+
+// The one answer for waits: a wait on pending ends once something is owed or the
+// participant's epoch moved on (not for a caller that does not know its epoch yet); a
+// wait on a checkpoint ends once it is decided.
+func TestWaitAnswers(t *testing.T) {
+	t.Parallel()
+	owed := &Pending{Epoch: 3, Items: []PendingItem{{Checkpoint: 1, Action: ActionVote}}}
+	nothing := &Pending{Epoch: 3}
+	for _, tt := range []struct {
+		name     string
+		p        *Pending
+		epoch    int64
+		anyEpoch bool
+		want     bool
+	}{
+		{"something owed", owed, 3, false, true},
+		{"something owed, any epoch", owed, 0, true, true},
+		{"nothing owed, same epoch", nothing, 3, false, false},
+		{"nothing owed, registered again since", nothing, 2, false, true},
+		{"nothing owed, first registration since (epoch 0)", nothing, 0, false, true},
+		{"nothing owed, any epoch", nothing, 0, true, false},
+		{"never registered, nothing owed", &Pending{}, 0, false, false},
+	} {
+		if got := PendingAnswers(tt.p, tt.epoch, tt.anyEpoch); got != tt.want {
+			t.Errorf("%s: PendingAnswers = %v, want %v", tt.name, got, tt.want)
+		}
+	}
+	for status, want := range map[Status]bool{StatusPreparing: false, StatusCommitting: true, StatusCommitted: true, StatusAborted: true} {
+		if got := CheckpointAnswers(&Checkpoint{Status: status}); got != want {
+			t.Errorf("CheckpointAnswers(%s) = %v, want %v", status, got, want)
+		}
+	}
+}

@@ -280,7 +280,7 @@ func (s *Service) Pending(ctx context.Context, job, participant string, wait tim
 		if known != nil {
 			// A state handed over (Changed) is the job at a version committed while this
 			// call waited: what the participant owes there is an answer.
-			if p, err := known.pending(participant); err != nil || len(p.Items) > 0 || p.Epoch != epoch {
+			if p, err := known.pending(participant); err != nil || PendingAnswers(p, epoch, false) {
 				return p, err
 			}
 		}
@@ -308,7 +308,7 @@ func (s *Service) Pending(ctx context.Context, job, participant string, wait tim
 		if first && err == nil && epoch == 0 {
 			epoch = p.Epoch // the caller's, as far as this wait knows
 		}
-		if err != nil || len(p.Items) > 0 || p.Epoch != epoch {
+		if err != nil || PendingAnswers(p, epoch, false) {
 			sub.Cancel()
 			return p, err
 		}
@@ -351,7 +351,7 @@ func knownOwing(k OwingKnower, job, participant string, epoch int64) *owingView 
 		return nil
 	}
 	v := &owingView{job: j, now: now, owing: owing}
-	if p, err := v.pending(participant); err != nil || len(p.Items) > 0 || epoch != 0 && p.Epoch != epoch {
+	if p, err := v.pending(participant); err != nil || PendingAnswers(p, epoch, epoch == 0) {
 		return nil
 	}
 	return v
@@ -510,7 +510,7 @@ recheck:
 		sub := s.store.Subscribe(job, id)
 		if !first || knower == nil || !knower.KnownPreparing(job, id) {
 			cp, err := s.readCheckpoint(ctx, job, id)
-			if err != nil || cp.Status != StatusPreparing {
+			if err != nil || CheckpointAnswers(cp) {
 				sub.Cancel()
 				return cp, err
 			}
@@ -531,7 +531,7 @@ recheck:
 			case <-sub.Done():
 				sub.Cancel()
 				// Decided in this process: the checkpoint as it committed, without a read.
-				if cp := sub.Decided(); cp != nil && cp.Status != StatusPreparing {
+				if cp := sub.Decided(); cp != nil && CheckpointAnswers(cp) {
 					return cp, nil
 				}
 				continue recheck
@@ -589,7 +589,7 @@ func (w *voterWait) owes(ctx context.Context, s *Service) (bool, error) {
 		return false, err
 	}
 	p, err := v.pending(w.participant)
-	return err != nil || len(p.Items) > 0 || p.Epoch != w.epoch, nil
+	return err != nil || PendingAnswers(p, w.epoch, false), nil
 }
 
 // asItStands is checkpoint id as it stands, for a vote whose wait ends because its voter
@@ -675,7 +675,7 @@ func (s *Service) VoteAndWait(ctx context.Context, job string, id int64, partici
 		defer func() { voter.sub.Cancel() }()
 	}
 	cp, err := s.Vote(ctx, job, id, participant, v)
-	if err != nil || wait == 0 || cp.Status != StatusPreparing || s.waitsEnded() {
+	if err != nil || wait == 0 || CheckpointAnswers(cp) || s.waitsEnded() {
 		return cp, err
 	}
 	// The other votes come close behind this one: often one has decided already.

@@ -702,51 +702,59 @@ func (c *ctlRun) writeJSON(v any) error {
 // jobCheckpoints lists one job's checkpoints (GET /v1/jobs/{job}/checkpoints), newest first,
 // from the page cursor names (nil: the first).
 func (c *ctlRun) jobCheckpoints(ctx context.Context, job string, params coordinatorclient.ListCheckpointsParams, cursor *string, max int) (ctlPage[coordinatorclient.Checkpoint], error) {
-	return ctlCollectFrom(ctx, cursor, max, func(ctx context.Context, cursor *string, limit int) (ctlPage[coordinatorclient.Checkpoint], error) {
+	return c.checkpointPages(ctx, "list checkpoints of "+job, cursor, max, func(ctx context.Context, cursor *string, limit int) (ctlCheckpointPage, error) {
 		params := params
 		params.Cursor, params.Limit = cursor, &limit
-		var list *coordinatorclient.CheckpointList
-		out, err := c.call(ctx, "list checkpoints of "+job, func(ctx context.Context) (ctlAnswer, error) {
-			r, err := c.api.ListCheckpointsWithResponse(ctx, job, &params)
-			if err != nil {
-				return ctlAnswer{}, err
-			}
-			list = r.JSON200
-			return ctlAnswer{r.HTTPResponse, r.Body, r.ApplicationproblemJSONDefault, list != nil}, nil
-		})
+		r, err := c.api.ListCheckpointsWithResponse(ctx, job, &params)
 		if err != nil {
-			return ctlPage[coordinatorclient.Checkpoint]{}, err
+			return ctlCheckpointPage{}, err
 		}
-		raw, err := ctlRawItems(out.body)
-		if err != nil {
-			return ctlPage[coordinatorclient.Checkpoint]{}, ctlNoAnswer{op: "list checkpoints of " + job, err: err}
-		}
-		return ctlPage[coordinatorclient.Checkpoint]{items: list.Items, raw: raw, next: list.NextCursor}, nil
+		return ctlCheckpointPage{r.HTTPResponse, r.Body, r.ApplicationproblemJSONDefault, r.JSON200}, nil
 	})
 }
 
 // openCheckpoints lists checkpoints across jobs (GET /v1/checkpoints), oldest first, from
 // the page cursor names (nil: the first).
 func (c *ctlRun) openCheckpoints(ctx context.Context, params coordinatorclient.ListOpenCheckpointsParams, cursor *string, max int) (ctlPage[coordinatorclient.Checkpoint], error) {
-	return ctlCollectFrom(ctx, cursor, max, func(ctx context.Context, cursor *string, limit int) (ctlPage[coordinatorclient.Checkpoint], error) {
+	return c.checkpointPages(ctx, "list checkpoints", cursor, max, func(ctx context.Context, cursor *string, limit int) (ctlCheckpointPage, error) {
 		params := params
 		params.Cursor, params.Limit = cursor, &limit
-		var list *coordinatorclient.CheckpointList
-		out, err := c.call(ctx, "list checkpoints", func(ctx context.Context) (ctlAnswer, error) {
-			r, err := c.api.ListOpenCheckpointsWithResponse(ctx, &params)
-			if err != nil {
+		r, err := c.api.ListOpenCheckpointsWithResponse(ctx, &params)
+		if err != nil {
+			return ctlCheckpointPage{}, err
+		}
+		return ctlCheckpointPage{r.HTTPResponse, r.Body, r.ApplicationproblemJSONDefault, r.JSON200}, nil
+	})
+}
+
+// ctlCheckpointPage is one answer of a list of checkpoints, as the generated client read it.
+type ctlCheckpointPage struct {
+	resp    *http.Response
+	body    []byte
+	problem *coordinatorclient.Problem
+	list    *coordinatorclient.CheckpointList
+}
+
+// checkpointPages collects the pages of a list of checkpoints that fetch reads, one
+// request (named op) a page, each page's items kept as sent too (for -o json).
+func (c *ctlRun) checkpointPages(ctx context.Context, op string, cursor *string, max int,
+	fetch func(ctx context.Context, cursor *string, limit int) (ctlCheckpointPage, error)) (ctlPage[coordinatorclient.Checkpoint], error) {
+	return ctlCollectFrom(ctx, cursor, max, func(ctx context.Context, cursor *string, limit int) (ctlPage[coordinatorclient.Checkpoint], error) {
+		var page ctlCheckpointPage
+		out, err := c.call(ctx, op, func(ctx context.Context) (ctlAnswer, error) {
+			var err error
+			if page, err = fetch(ctx, cursor, limit); err != nil {
 				return ctlAnswer{}, err
 			}
-			list = r.JSON200
-			return ctlAnswer{r.HTTPResponse, r.Body, r.ApplicationproblemJSONDefault, list != nil}, nil
+			return ctlAnswer{page.resp, page.body, page.problem, page.list != nil}, nil
 		})
 		if err != nil {
 			return ctlPage[coordinatorclient.Checkpoint]{}, err
 		}
 		raw, err := ctlRawItems(out.body)
 		if err != nil {
-			return ctlPage[coordinatorclient.Checkpoint]{}, ctlNoAnswer{op: "list checkpoints", err: err}
+			return ctlPage[coordinatorclient.Checkpoint]{}, ctlNoAnswer{op: op, err: err}
 		}
-		return ctlPage[coordinatorclient.Checkpoint]{items: list.Items, raw: raw, next: list.NextCursor}, nil
+		return ctlPage[coordinatorclient.Checkpoint]{items: page.list.Items, raw: raw, next: page.list.NextCursor}, nil
 	})
 }

@@ -144,7 +144,11 @@ func runProgram(ctx context.Context, t *testing.T, coord *cc.Coordinator, epoch 
 			if job.Epochs["pg-sink"] != epoch {
 				fail("pg-sink's epoch is %d, want %d", job.Epochs["pg-sink"], epoch)
 			}
-			break
+			// A decided checkpoint is only committing until the program has applied it and
+			// acked: wait for one it acked, so that its log says so.
+			if acked(ctx, coord, before, *job.LastCommitted) {
+				break
+			}
 		}
 		if err != nil && !errors.Is(err, cc.ErrNotFound) {
 			fail("get job: %v", err)
@@ -155,7 +159,7 @@ func runProgram(ctx context.Context, t *testing.T, coord *cc.Coordinator, epoch 
 		default:
 		}
 		if time.Now().After(deadline) {
-			fail("no two checkpoints committed after checkpoint %d in 20 s", before)
+			fail("no two checkpoints committed, one of them acked, after checkpoint %d in 20 s", before)
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
@@ -178,6 +182,17 @@ func runProgram(ctx context.Context, t *testing.T, coord *cc.Coordinator, epoch 
 		}
 	}
 	return stderr.String()
+}
+
+// acked reports whether a checkpoint after before, up to last, is committed: decided and
+// acknowledged by every participant.
+func acked(ctx context.Context, coord *cc.Coordinator, before, last int64) bool {
+	for id := before + 1; id <= last; id++ {
+		if cp, err := coord.Checkpoint(ctx, "orders", id, 0); err == nil && cp.Status == cc.Committed {
+			return true
+		}
+	}
+	return false
 }
 
 // The program with a participant token: it may not create the job nor open checkpoints,

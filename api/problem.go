@@ -396,7 +396,7 @@ func newProblem(code, detail string) problem {
 		Type:   problemTypeBase + code,
 		Title:  kind.title,
 		Status: kind.status,
-		Code:   code,
+		Code:   ProblemCode(code),
 	}}
 	if detail != "" {
 		p.body.Detail = &detail

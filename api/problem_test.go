@@ -191,7 +191,7 @@ func decodeProblem(t *testing.T, resp *http.Response, status int, code string) P
 	if err := dec.Decode(&p); err != nil {
 		t.Fatalf("decode problem: %v", err)
 	}
-	if p.Code != code || p.Status != status || p.Type != "/problems/"+code || p.Title == "" {
+	if string(p.Code) != code || p.Status != status || p.Type != "/problems/"+code || p.Title == "" {
 		t.Errorf("problem = code %q status %d type %q title %q, want %s %d", p.Code, p.Status, p.Type, p.Title, code, status)
 	}
 	if strconv.Itoa(p.Status) != strconv.Itoa(resp.StatusCode) {

@@ -403,7 +403,7 @@ func testClientRound(t *testing.T) {
 	}
 
 	del, err := c.DeleteJobWithResponse(ctx, "payments")
-	if err != nil || del.StatusCode() != 409 || del.ApplicationproblemJSONDefault == nil || del.ApplicationproblemJSONDefault.Code != "job_busy" {
+	if err != nil || del.StatusCode() != 409 || del.ApplicationproblemJSON409 == nil || del.ApplicationproblemJSON409.Code != "job_busy" {
 		t.Fatalf("delete while committing: %v %d %s", err, del.StatusCode(), del.Body)
 	}
 
@@ -434,7 +434,7 @@ func testClientRound(t *testing.T) {
 		t.Fatalf("delete: %v %d %s", err, del.StatusCode(), del.Body)
 	}
 	get, err = c.GetJobWithResponse(ctx, "payments")
-	if err != nil || get.StatusCode() != 404 || get.ApplicationproblemJSONDefault.Code != "not_found" {
+	if err != nil || get.StatusCode() != 404 || get.ApplicationproblemJSON404.Code != "not_found" {
 		t.Fatalf("get deleted job: %v %d %s", err, get.StatusCode(), get.Body)
 	}
 

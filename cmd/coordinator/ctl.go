@@ -593,7 +593,7 @@ func (c *ctlRun) describe(ctx context.Context, err error) (string, int) {
 			apiErr.Op, apiErr.StatusCode, http.StatusText(apiErr.StatusCode)), code
 	}
 	var b strings.Builder
-	b.WriteString(ctlClean(p.Code))
+	b.WriteString(ctlClean(string(p.Code)))
 	if p.Detail != nil && *p.Detail != "" {
 		b.WriteString(": " + ctlClean(*p.Detail))
 	}
@@ -709,7 +709,7 @@ func (c *ctlRun) jobCheckpoints(ctx context.Context, job string, params coordina
 		if err != nil {
 			return ctlCheckpointPage{}, err
 		}
-		return ctlCheckpointPage{r.HTTPResponse, r.Body, r.ApplicationproblemJSONDefault, r.JSON200}, nil
+		return ctlCheckpointPage{r.HTTPResponse, r.Body, coordinatorclient.ProblemIn(r.HTTPResponse, r.Body), r.JSON200}, nil
 	})
 }
 
@@ -723,7 +723,7 @@ func (c *ctlRun) openCheckpoints(ctx context.Context, params coordinatorclient.L
 		if err != nil {
 			return ctlCheckpointPage{}, err
 		}
-		return ctlCheckpointPage{r.HTTPResponse, r.Body, r.ApplicationproblemJSONDefault, r.JSON200}, nil
+		return ctlCheckpointPage{r.HTTPResponse, r.Body, coordinatorclient.ProblemIn(r.HTTPResponse, r.Body), r.JSON200}, nil
 	})
 }
 

@@ -89,7 +89,7 @@ func ctlCheckpoint(ctx context.Context, c *ctlRun, args []string) (int, error) {
 			return ctlAnswer{}, err
 		}
 		cp = r.JSON200
-		return ctlAnswer{r.HTTPResponse, r.Body, r.ApplicationproblemJSONDefault, cp != nil}, nil
+		return ctlAnswer{r.HTTPResponse, r.Body, coordinatorclient.ProblemIn(r.HTTPResponse, r.Body), cp != nil}, nil
 	})
 	if err != nil {
 		return 0, err
@@ -152,7 +152,7 @@ func ctlPending(ctx context.Context, c *ctlRun, args []string) (int, error) {
 			return ctlAnswer{}, err
 		}
 		pending = r.JSON200
-		return ctlAnswer{r.HTTPResponse, r.Body, r.ApplicationproblemJSONDefault, pending != nil}, nil
+		return ctlAnswer{r.HTTPResponse, r.Body, coordinatorclient.ProblemIn(r.HTTPResponse, r.Body), pending != nil}, nil
 	})
 	if err != nil {
 		return 0, err
@@ -313,21 +313,21 @@ func ctlDecide(action string) func(ctx context.Context, c *ctlRun, args []string
 					return ctlAnswer{}, err
 				}
 				cp = r.JSON200
-				return ctlAnswer{r.HTTPResponse, r.Body, r.ApplicationproblemJSONDefault, cp != nil}, nil
+				return ctlAnswer{r.HTTPResponse, r.Body, coordinatorclient.ProblemIn(r.HTTPResponse, r.Body), cp != nil}, nil
 			case "commit":
 				r, err := c.api.CommitCheckpointWithResponse(ctx, job, id, coordinatorclient.CommitRequest{Reason: reason})
 				if err != nil {
 					return ctlAnswer{}, err
 				}
 				cp = r.JSON200
-				return ctlAnswer{r.HTTPResponse, r.Body, r.ApplicationproblemJSONDefault, cp != nil}, nil
+				return ctlAnswer{r.HTTPResponse, r.Body, coordinatorclient.ProblemIn(r.HTTPResponse, r.Body), cp != nil}, nil
 			default:
 				r, err := c.api.CompleteCheckpointWithResponse(ctx, job, id, coordinatorclient.CompleteRequest{Reason: reason})
 				if err != nil {
 					return ctlAnswer{}, err
 				}
 				cp = r.JSON200
-				return ctlAnswer{r.HTTPResponse, r.Body, r.ApplicationproblemJSONDefault, cp != nil}, nil
+				return ctlAnswer{r.HTTPResponse, r.Body, coordinatorclient.ProblemIn(r.HTTPResponse, r.Body), cp != nil}, nil
 			}
 		})
 		if err != nil {
@@ -392,7 +392,7 @@ func ctlAudit(ctx context.Context, c *ctlRun, _ []string) (int, error) {
 				return ctlAnswer{}, err
 			}
 			l = r.JSON200
-			return ctlAnswer{r.HTTPResponse, r.Body, r.ApplicationproblemJSONDefault, l != nil}, nil
+			return ctlAnswer{r.HTTPResponse, r.Body, coordinatorclient.ProblemIn(r.HTTPResponse, r.Body), l != nil}, nil
 		})
 		if err != nil {
 			return ctlPage[coordinatorclient.AuditEntry]{}, err

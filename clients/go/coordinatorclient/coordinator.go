@@ -144,9 +144,8 @@ func (c *Coordinator) Client() *ClientWithResponses { return c.client }
 // the problem document when the body was one.
 type outcome struct {
 	resp    *http.Response
-	problem *Problem
 	decoded bool   // a success body was decoded
-	body    []byte // the answer's body as read, for an error that is no problem document
+	body    []byte // the answer's body as read: the problem document of an error
 }
 
 // warnAfter is the attempt from which a call that goes on retrying says so at warn: one
@@ -177,9 +176,9 @@ func (c *Coordinator) do(ctx context.Context, op string, wait time.Duration, sen
 			}
 			return nil
 		default:
-			apiErr := &APIError{Op: op, StatusCode: out.resp.StatusCode, Problem: out.problem,
+			apiErr := &APIError{Op: op, StatusCode: out.resp.StatusCode, Problem: ProblemIn(out.resp, out.body),
 				RetryAfter: parseRetryAfter(out.resp.Header.Get("Retry-After"))}
-			if out.problem == nil {
+			if apiErr.Problem == nil {
 				apiErr.Body = bodyExcerpt(out.body)
 			}
 			if !apiErr.transient() {
@@ -306,7 +305,7 @@ func (c *Coordinator) PutJob(ctx context.Context, job string, cfg JobConfig) (*J
 		if out == nil {
 			out = r.JSON200
 		}
-		return outcome{r.HTTPResponse, r.ApplicationproblemJSONDefault, out != nil, r.Body}, nil
+		return outcome{r.HTTPResponse, out != nil, r.Body}, nil
 	})
 	return out, err
 }
@@ -320,7 +319,7 @@ func (c *Coordinator) Job(ctx context.Context, job string) (*Job, error) {
 			return outcome{}, err
 		}
 		out = r.JSON200
-		return outcome{r.HTTPResponse, r.ApplicationproblemJSONDefault, out != nil, r.Body}, nil
+		return outcome{r.HTTPResponse, out != nil, r.Body}, nil
 	})
 	return out, err
 }
@@ -335,7 +334,7 @@ func (c *Coordinator) Register(ctx context.Context, job, participant string) (*R
 			return outcome{}, err
 		}
 		out = r.JSON200
-		return outcome{r.HTTPResponse, r.ApplicationproblemJSONDefault, out != nil, r.Body}, nil
+		return outcome{r.HTTPResponse, out != nil, r.Body}, nil
 	})
 	return out, err
 }
@@ -367,7 +366,7 @@ func (c *Coordinator) PendingFor(ctx context.Context, job, participant string, e
 			return outcome{}, err
 		}
 		out = r.JSON200
-		return outcome{r.HTTPResponse, r.ApplicationproblemJSONDefault, out != nil, r.Body}, nil
+		return outcome{r.HTTPResponse, out != nil, r.Body}, nil
 	})
 	return out, err
 }
@@ -395,7 +394,7 @@ func (c *Coordinator) OpenCheckpoint(ctx context.Context, job, idempotencyKey st
 			return outcome{}, err
 		}
 		out = r.JSON201
-		return outcome{r.HTTPResponse, r.ApplicationproblemJSONDefault, out != nil, r.Body}, nil
+		return outcome{r.HTTPResponse, out != nil, r.Body}, nil
 	})
 	return out, err
 }
@@ -420,7 +419,7 @@ func (c *Coordinator) getCheckpoint(ctx context.Context, job string, id int64, w
 			return outcome{}, err
 		}
 		out = r.JSON200
-		return outcome{r.HTTPResponse, r.ApplicationproblemJSONDefault, out != nil, r.Body}, nil
+		return outcome{r.HTTPResponse, out != nil, r.Body}, nil
 	})
 	return out, err
 }
@@ -443,7 +442,7 @@ func (c *Coordinator) Checkpoints(ctx context.Context, job string, statuses ...C
 				return outcome{}, err
 			}
 			page = r.JSON200
-			return outcome{r.HTTPResponse, r.ApplicationproblemJSONDefault, page != nil, r.Body}, nil
+			return outcome{r.HTTPResponse, page != nil, r.Body}, nil
 		})
 		if err != nil {
 			return nil, err
@@ -482,7 +481,7 @@ func (c *Coordinator) VoteAndWait(ctx context.Context, job string, id int64, par
 			return outcome{}, err
 		}
 		out = r.JSON200
-		return outcome{r.HTTPResponse, r.ApplicationproblemJSONDefault, out != nil, r.Body}, nil
+		return outcome{r.HTTPResponse, out != nil, r.Body}, nil
 	})
 	return out, err
 }
@@ -518,13 +517,13 @@ func (c *Coordinator) voteStatus(ctx context.Context, job string, id int64, part
 				return outcome{}, err
 			}
 			status = answer.Status
-			return outcome{resp, nil, status != "", nil}, nil
+			return outcome{resp, status != "", nil}, nil
 		}
 		r, err := ParsePutVoteResponse(resp)
 		if err != nil {
 			return outcome{}, err
 		}
-		return outcome{r.HTTPResponse, r.ApplicationproblemJSONDefault, false, r.Body}, nil
+		return outcome{r.HTTPResponse, false, r.Body}, nil
 	})
 	return status, err
 }
@@ -565,14 +564,14 @@ func (c *Coordinator) ack(ctx context.Context, job string, id int64, participant
 			if err := drain(resp.Body); err != nil {
 				return outcome{}, err
 			}
-			return outcome{resp, nil, true, nil}, nil
+			return outcome{resp, true, nil}, nil
 		}
 		r, err := ParsePutAckResponse(resp)
 		if err != nil {
 			return outcome{}, err
 		}
 		out = r.JSON200
-		return outcome{r.HTTPResponse, r.ApplicationproblemJSONDefault, out != nil, r.Body}, nil
+		return outcome{r.HTTPResponse, out != nil, r.Body}, nil
 	})
 	return out, err
 }
@@ -592,7 +591,7 @@ func (c *Coordinator) Commit(ctx context.Context, job string, id int64, reason s
 			return outcome{}, err
 		}
 		out = r.JSON200
-		return outcome{r.HTTPResponse, r.ApplicationproblemJSONDefault, out != nil, r.Body}, nil
+		return outcome{r.HTTPResponse, out != nil, r.Body}, nil
 	})
 	return out, err
 }
@@ -612,7 +611,7 @@ func (c *Coordinator) Complete(ctx context.Context, job string, id int64, reason
 			return outcome{}, err
 		}
 		out = r.JSON200
-		return outcome{r.HTTPResponse, r.ApplicationproblemJSONDefault, out != nil, r.Body}, nil
+		return outcome{r.HTTPResponse, out != nil, r.Body}, nil
 	})
 	return out, err
 }
@@ -631,7 +630,7 @@ func (c *Coordinator) Abort(ctx context.Context, job string, id int64, reason st
 			return outcome{}, err
 		}
 		out = r.JSON200
-		return outcome{r.HTTPResponse, r.ApplicationproblemJSONDefault, out != nil, r.Body}, nil
+		return outcome{r.HTTPResponse, out != nil, r.Body}, nil
 	})
 	return out, err
 }

@@ -1,8 +1,10 @@
 package coordinatorclient
 
 import (
+	"encoding/json"
 	"errors"
 	"fmt"
+	"mime"
 	"net/http"
 	"time"
 )
@@ -68,7 +70,7 @@ func (e *APIError) Code() string {
 	if e.Problem == nil {
 		return ""
 	}
-	return e.Problem.Code
+	return string(e.Problem.Code)
 }
 
 // Checkpoint is the checkpoint as it stands, carried by problems about a checkpoint
@@ -84,7 +86,7 @@ func (e *APIError) Checkpoint() *Checkpoint {
 func (e *APIError) Error() string {
 	msg := fmt.Sprintf("%s: HTTP %d", e.Op, e.StatusCode)
 	if e.Problem != nil {
-		msg += " " + e.Problem.Code
+		msg += " " + string(e.Problem.Code)
 		if e.Problem.Detail != nil && *e.Problem.Detail != "" {
 			msg += ": " + *e.Problem.Detail
 		}
@@ -129,4 +131,19 @@ func Permanent(err error) error {
 func isPermanent(err error) bool {
 	var p *PermanentError
 	return errors.As(err, &p)
+}
+
+// ProblemIn is the problem document that an error answer carries, or nil when its body is
+// none (a proxy's page, say). The generated client decodes each status the contract lists
+// into a field of its own; one decoder here serves them all, and statuses it does not list.
+func ProblemIn(resp *http.Response, body []byte) *Problem {
+	mediaType, _, err := mime.ParseMediaType(resp.Header.Get("Content-Type"))
+	if err != nil || mediaType != "application/problem+json" {
+		return nil
+	}
+	var p Problem
+	if err := json.Unmarshal(body, &p); err != nil || p.Status == 0 {
+		return nil
+	}
+	return &p
 }

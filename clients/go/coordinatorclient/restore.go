@@ -26,7 +26,7 @@ func RestorePoint[C any](ctx context.Context, c *Coordinator, job, participant s
 				return outcome{}, err
 			}
 			page = r.JSON200
-			return outcome{r.HTTPResponse, r.ApplicationproblemJSONDefault, page != nil, r.Body}, nil
+			return outcome{r.HTTPResponse, page != nil, r.Body}, nil
 		})
 		if err != nil {
 			return 0, nil, err

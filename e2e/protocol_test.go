@@ -143,7 +143,7 @@ func TestProtocol(t *testing.T) {
 			t.Fatalf("delete: %v %d %s", err, del.StatusCode(), del.Body)
 		}
 		gone, err := c.GetJobWithResponse(ctx, "client-round")
-		if err != nil || gone.StatusCode() != 404 || gone.ApplicationproblemJSONDefault == nil || gone.ApplicationproblemJSONDefault.Code != "not_found" {
+		if err != nil || gone.StatusCode() != 404 || gone.ApplicationproblemJSON404 == nil || gone.ApplicationproblemJSON404.Code != "not_found" {
 			t.Fatalf("deleted job: %v %s", err, gone.Body)
 		}
 		for _, f := range []func(context.Context, ...coordinatorclient.RequestEditorFn) (int, error){

@@ -5,42 +5,14 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
-	"sync"
 	"testing"
 
 	"github.com/twophase/coordinator/e2e/harness"
 	"github.com/twophase/coordinator/store/pgtest"
 )
 
-// npmMu serialises npm ci between the tests that need the package.
-var npmMu sync.Mutex
-
-// typescriptPackage makes sure that node and npm are there and the TypeScript client's
-// dependencies installed (npm ci, from package-lock.json), and returns its directory.
-func typescriptPackage(t *testing.T) string {
-	t.Helper()
-	for _, tool := range []string{"node", "npm"} {
-		if _, err := exec.LookPath(tool); err != nil {
-			t.Fatalf("%s is required for the TypeScript client's tests (Node 20 or later): %v", tool, err)
-		}
-	}
-	dir, err := filepath.Abs("../clients/typescript")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := os.Stat(filepath.Join(dir, "node_modules", "openapi-fetch")); err != nil {
-		npmMu.Lock()
-		defer npmMu.Unlock()
-		if _, err := os.Stat(filepath.Join(dir, "node_modules", "openapi-fetch")); err != nil {
-			cmd := exec.Command("npm", "ci", "--no-audit", "--no-fund", "--loglevel=error")
-			cmd.Dir = dir
-			if out, err := cmd.CombinedOutput(); err != nil {
-				t.Fatalf("npm ci in clients/typescript: %v\n%s", err, out)
-			}
-		}
-	}
-	return dir
-}
+// typescriptPackage is the TypeScript client's directory, its dependencies installed.
+func typescriptPackage(t *testing.T) string { return harness.TypeScriptClient(t) }
 
 // The TypeScript client (clients/typescript, @twophase/coordinator) passes its contract
 // tests (node --test) against real coordinators on PostgreSQL: every operation, each

@@ -166,3 +166,40 @@ func (l *tail) String() string {
 	}
 	return b.String()
 }
+
+var (
+	npmMu   sync.Mutex
+	npmDone bool
+)
+
+// TypeScriptClient makes sure that node and npm are there and that the TypeScript client's
+// dependencies are installed (npm ci, from its package-lock.json, once per test binary),
+// and returns the client's directory (clients/typescript). It fails the test without them.
+func TypeScriptClient(t testing.TB) string {
+	t.Helper()
+	for _, tool := range []string{"node", "npm"} {
+		if _, err := exec.LookPath(tool); err != nil {
+			t.Fatalf("harness: %s is required (Node 20 or later, for the TypeScript client): %v", tool, err)
+		}
+	}
+	goTool, err := exec.LookPath("go")
+	if err != nil {
+		goTool = filepath.Join(runtime.GOROOT(), "bin", "go")
+	}
+	root, err := moduleRoot(goTool)
+	if err != nil {
+		t.Fatalf("harness: %v", err)
+	}
+	dir := filepath.Join(root, "clients", "typescript")
+	npmMu.Lock()
+	defer npmMu.Unlock()
+	if _, err := os.Stat(filepath.Join(dir, "node_modules", "openapi-fetch")); err != nil && !npmDone {
+		cmd := exec.Command("npm", "ci", "--no-audit", "--no-fund", "--loglevel=error")
+		cmd.Dir = dir
+		if out, err := cmd.CombinedOutput(); err != nil {
+			t.Fatalf("harness: npm ci in clients/typescript: %v\n%s", err, out)
+		}
+	}
+	npmDone = true
+	return dir
+}

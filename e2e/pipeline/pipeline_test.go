@@ -45,9 +45,9 @@ const (
 	finishBudget = 60 * time.Second
 )
 
-// The whole promise, end to end: a deterministic source of 20,000 events streams to three
+// The whole promise, end to end: a deterministic source of 20,000 events streams to four
 // sinks of different kinds (PostgreSQL with PREPARE TRANSACTION, files renamed into place,
-// and the Python participant), each a separate process, checkpointed every 200 ms by the
+// and the Python and TypeScript participants, on their clients' Runners), each a separate process, checkpointed every 200 ms by the
 // coordinator (a separate process too). Processes of every kind are SIGKILLed at random
 // moments and started again, PostgreSQL crashes, checkpoints are aborted under the
 // pipeline's feet; at the end every sink holds events 1..N exactly once.
@@ -68,6 +68,11 @@ func TestPipelineExactlyOnce(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	harness.TypeScriptClient(t) // node, and the TypeScript client's dependencies
+	tsScript, err := filepath.Abs("../sinks/typescript/tssink.mjs")
+	if err != nil {
+		t.Fatal(err)
+	}
 	self, err := os.Executable()
 	if err != nil {
 		t.Fatal(err)
@@ -77,7 +82,7 @@ func TestPipelineExactlyOnce(t *testing.T) {
 	server := harness.StartAuthCoordinator(t, cluster.NewDatabase(t))
 	sinkDB := cluster.NewDatabase(t)
 	const job = "pipeline"
-	sinkNames := []string{"pg-sink", "file-sink", "py-sink"}
+	sinkNames := []string{"pg-sink", "file-sink", "py-sink", "ts-sink"}
 	participants := append([]string{"source"}, sinkNames...)
 	tokens := newTokens(t, server, job, participants)
 	client := func(token string) *cc.Coordinator {
@@ -98,7 +103,7 @@ func TestPipelineExactlyOnce(t *testing.T) {
 
 	sockDir := shortTempDir(t)
 	socket := filepath.Join(sockDir, "source.sock")
-	fileDir, pyDir := t.TempDir(), t.TempDir()
+	fileDir, pyDir, tsDir := t.TempDir(), t.TempDir(), t.TempDir()
 	base := pipeline.WorkerConfig{Coordinator: server.BaseURL, Job: job, Socket: socket}
 	worker := func(name string, edit func(*pipeline.WorkerConfig)) *pipeline.Process {
 		cfg := base
@@ -124,6 +129,12 @@ func TestPipelineExactlyOnce(t *testing.T) {
 			cmd := exec.Command(python, script, "--coordinator", server.BaseURL, "--job", job,
 				"--name", "py-sink", "--socket", socket, "--dir", pyDir)
 			cmd.Env = append(os.Environ(), "PYSINK_TOKEN="+tokens.participant("py-sink"))
+			return cmd
+		}},
+		"ts-sink": {Name: "ts-sink", Command: func() *exec.Cmd {
+			cmd := exec.Command("node", tsScript, "--coordinator", server.BaseURL, "--job", job,
+				"--name", "ts-sink", "--socket", socket, "--dir", tsDir)
+			cmd.Env = append(os.Environ(), "TSSINK_TOKEN="+tokens.participant("ts-sink"))
 			return cmd
 		}},
 	}
@@ -163,11 +174,11 @@ func TestPipelineExactlyOnce(t *testing.T) {
 	// Chaos: every 0.4 to 1.6 s, one of: SIGKILL a process (source, a sink, the coordinator),
 	// crash PostgreSQL (pg_ctl stop -m immediate, holding the coordinator's and the PG
 	// sink's databases), or abort the open checkpoint after the source sent its barrier (as
-	// an operator or a failing participant would). The first seven actions are one of each,
+	// an operator or a failing participant would). The first eight actions are one of each,
 	// in random order. A participant is killed at a random moment, or, as often, in one of
 	// its two windows of doubt: after its prepared vote, before the decision; and after the
 	// decision, before its ack.
-	victims := []string{"source", "pg-sink", "file-sink", "py-sink", "coordinator", "postgres", "abort"}
+	victims := []string{"source", "pg-sink", "file-sink", "py-sink", "ts-sink", "coordinator", "postgres", "abort"}
 	order := rand.Perm(len(victims))
 	kills := map[string]int{}
 	windows := map[string]int{}
@@ -302,7 +313,11 @@ func TestPipelineExactlyOnce(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for name, held := range map[string][]sinks.Event{"pg-sink": pgEvents, "file-sink": fileEvents, "py-sink": pyEvents} {
+	tsEvents, err := sinks.ReadFiles(tsDir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for name, held := range map[string][]sinks.Event{"pg-sink": pgEvents, "file-sink": fileEvents, "py-sink": pyEvents, "ts-sink": tsEvents} {
 		if msg := sinks.Check(held, pipelineEvents); msg != "" {
 			t.Errorf("%s: %s", name, msg)
 		} else {
@@ -329,8 +344,8 @@ func TestPipelineExactlyOnce(t *testing.T) {
 		checkNoSecrets(t, "the output of "+name, p.Output(), tokens.secret)
 	}
 	rewinds := strings.Count(procs["source"].Output(), "msg=rewound")
-	fmt.Printf("pipeline: %d events into 3 sinks (postgres, files, python); %d chaos actions in %.1fs: SIGKILL source %d, pg-sink %d, file-sink %d, py-sink %d, coordinator %d (participants in doubt %d, decided but not acked %d), postgres crashes %d, operator aborts %d; %d checkpoints (%d committed, %d aborted); %d source rewinds; %.1fs in all\n",
-		pipelineEvents, nkills, chaosDone.Seconds(), kills["source"], kills["pg-sink"], kills["file-sink"], kills["py-sink"], kills["coordinator"],
+	fmt.Printf("pipeline: %d events into 4 sinks (postgres, files, python, typescript); %d chaos actions in %.1fs: SIGKILL source %d, pg-sink %d, file-sink %d, py-sink %d, ts-sink %d, coordinator %d (participants in doubt %d, decided but not acked %d), postgres crashes %d, operator aborts %d; %d checkpoints (%d committed, %d aborted); %d source rewinds; %.1fs in all\n",
+		pipelineEvents, nkills, chaosDone.Seconds(), kills["source"], kills["pg-sink"], kills["file-sink"], kills["py-sink"], kills["ts-sink"], kills["coordinator"],
 		windows["in doubt"], windows["decided, not acked"], kills["postgres"], kills["abort"],
 		len(cps), committedN, abortedN, rewinds, time.Since(started).Seconds())
 }

@@ -531,6 +531,38 @@ type JobPattern = string
 // Name Example: sink-a
 type Name = string
 
+// ParticipantList defines model for ParticipantList.
+type ParticipantList struct {
+	Items []ParticipantView `json:"items"`
+
+	// Job Example: sink-a
+	Job Name `json:"job"`
+}
+
+// ParticipantView defines model for ParticipantView.
+type ParticipantView struct {
+	// Epoch Its current epoch; 0 if it never registered.
+	Epoch int64 `json:"epoch"`
+
+	// LastAckAt When the highest checkpoint it acked was acked (by it, or settled by an operator).
+	LastAckAt *time.Time `json:"last_ack_at"`
+
+	// LastVoteAt When it cast its vote on the highest checkpoint it voted on; null if none kept.
+	LastVoteAt *time.Time `json:"last_vote_at"`
+
+	// LastVoteMs How long after that checkpoint opened the vote came, in milliseconds.
+	LastVoteMs *int64 `json:"last_vote_ms"`
+
+	// Name Example: sink-a
+	Name Name `json:"name"`
+
+	// Owed How many items its `pending` holds now (votes, commits and rollbacks owed).
+	Owed int `json:"owed"`
+
+	// RegisteredAt When it last registered (null if never, or before this was recorded).
+	RegisteredAt *time.Time `json:"registered_at"`
+}
+
 // Pending defines model for Pending.
 type Pending struct {
 	Epoch int64         `json:"epoch"`
@@ -992,6 +1024,9 @@ type ServerInterface interface {
 	// PutVote Record a participant's vote.
 	// (PUT /v1/jobs/{job}/checkpoints/{id}/votes/{participant})
 	PutVote(w http.ResponseWriter, r *http.Request, job JobName, id CheckpointID, participant ParticipantName, params PutVoteParams)
+	// ListParticipants Each participant of the job at a glance.
+	// (GET /v1/jobs/{job}/participants)
+	ListParticipants(w http.ResponseWriter, r *http.Request, job JobName)
 	// GetPending Everything a participant still owes, oldest first.
 	// (GET /v1/jobs/{job}/participants/{participant}/pending)
 	GetPending(w http.ResponseWriter, r *http.Request, job JobName, participant ParticipantName, params GetPendingParams)
@@ -1133,6 +1168,12 @@ func (_ Unimplemented) CompleteCheckpoint(w http.ResponseWriter, r *http.Request
 // PutVote Record a participant's vote.
 // (PUT /v1/jobs/{job}/checkpoints/{id}/votes/{participant})
 func (_ Unimplemented) PutVote(w http.ResponseWriter, r *http.Request, job JobName, id CheckpointID, participant ParticipantName, params PutVoteParams) {
+	w.WriteHeader(http.StatusNotImplemented)
+}
+
+// ListParticipants Each participant of the job at a glance.
+// (GET /v1/jobs/{job}/participants)
+func (_ Unimplemented) ListParticipants(w http.ResponseWriter, r *http.Request, job JobName) {
 	w.WriteHeader(http.StatusNotImplemented)
 }
 
@@ -2029,6 +2070,32 @@ func (siw *ServerInterfaceWrapper) PutVote(w http.ResponseWriter, r *http.Reques
 	handler.ServeHTTP(w, r)
 }
 
+// ListParticipants operation middleware
+func (siw *ServerInterfaceWrapper) ListParticipants(w http.ResponseWriter, r *http.Request) {
+
+	var err error
+	_ = err
+
+	// ------------- Path parameter "job" -------------
+	var job JobName
+
+	err = runtime.BindStyledParameterWithOptions("simple", "job", chi.URLParam(r, "job"), &job, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationPath, Explode: false, Required: true, Type: "string", Format: "", ValueIsUnescaped: r.URL.RawPath == ""})
+	if err != nil {
+		siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "job", Err: err})
+		return
+	}
+
+	handler := http.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		siw.Handler.ListParticipants(w, r, job)
+	}))
+
+	for _, middleware := range siw.HandlerMiddlewares {
+		handler = middleware(handler)
+	}
+
+	handler.ServeHTTP(w, r)
+}
+
 // GetPending operation middleware
 func (siw *ServerInterfaceWrapper) GetPending(w http.ResponseWriter, r *http.Request) {
 
@@ -2364,6 +2431,9 @@ func HandlerWithOptions(si ServerInterface, options ChiServerOptions) http.Handl
 	})
 	r.Group(func(r chi.Router) {
 		r.Put(options.BaseURL+"/v1/jobs/{job}", wrapper.PutJob)
+	})
+	r.Group(func(r chi.Router) {
+		r.Get(options.BaseURL+"/v1/jobs/{job}/participants", wrapper.ListParticipants)
 	})
 	r.Group(func(r chi.Router) {
 		r.Post(options.BaseURL+"/v1/jobs/{job}/participants/{participant}/register", wrapper.RegisterParticipant)
@@ -5225,6 +5295,135 @@ func (response PutVotedefaultApplicationProblemPlusJSONResponse) VisitPutVoteRes
 	return err
 }
 
+type ListParticipantsRequestObject struct {
+	Job JobName `json:"job"`
+}
+
+type ListParticipantsResponseObject interface {
+	VisitListParticipantsResponse(w http.ResponseWriter) error
+}
+
+type ListParticipants200JSONResponse ParticipantList
+
+func (response ListParticipants200JSONResponse) VisitListParticipantsResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(200)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type ListParticipants400ApplicationProblemPlusJSONResponse struct {
+	BadRequestApplicationProblemPlusJSONResponse
+}
+
+func (response ListParticipants400ApplicationProblemPlusJSONResponse) VisitListParticipantsResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(400)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type ListParticipants401ApplicationProblemPlusJSONResponse struct {
+	UnauthenticatedApplicationProblemPlusJSONResponse
+}
+
+func (response ListParticipants401ApplicationProblemPlusJSONResponse) VisitListParticipantsResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	if response.Headers.WWWAuthenticate != nil {
+		w.Header().Set("WWW-Authenticate", fmt.Sprint(*response.Headers.WWWAuthenticate))
+	}
+	w.WriteHeader(401)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type ListParticipants403ApplicationProblemPlusJSONResponse struct {
+	ForbiddenApplicationProblemPlusJSONResponse
+}
+
+func (response ListParticipants403ApplicationProblemPlusJSONResponse) VisitListParticipantsResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(403)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type ListParticipants404ApplicationProblemPlusJSONResponse struct {
+	NotFoundApplicationProblemPlusJSONResponse
+}
+
+func (response ListParticipants404ApplicationProblemPlusJSONResponse) VisitListParticipantsResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(404)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type ListParticipants503ApplicationProblemPlusJSONResponse struct {
+	UnavailableApplicationProblemPlusJSONResponse
+}
+
+func (response ListParticipants503ApplicationProblemPlusJSONResponse) VisitListParticipantsResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	if response.Headers.RetryAfter != nil {
+		w.Header().Set("Retry-After", fmt.Sprint(*response.Headers.RetryAfter))
+	}
+	w.WriteHeader(503)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type ListParticipantsdefaultApplicationProblemPlusJSONResponse struct {
+	Body       Problem
+	Headers    ProblemResponseHeaders
+	StatusCode int
+}
+
+func (response ListParticipantsdefaultApplicationProblemPlusJSONResponse) VisitListParticipantsResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	if response.Headers.RetryAfter != nil {
+		w.Header().Set("Retry-After", fmt.Sprint(*response.Headers.RetryAfter))
+	}
+	w.WriteHeader(response.StatusCode)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
 type GetPendingRequestObject struct {
 	Job         JobName         `json:"job"`
 	Participant ParticipantName `json:"participant"`
@@ -6084,6 +6283,9 @@ type StrictServerInterface interface {
 	// PutVote Record a participant's vote.
 	// (PUT /v1/jobs/{job}/checkpoints/{id}/votes/{participant})
 	PutVote(ctx context.Context, request PutVoteRequestObject) (PutVoteResponseObject, error)
+	// ListParticipants Each participant of the job at a glance.
+	// (GET /v1/jobs/{job}/participants)
+	ListParticipants(ctx context.Context, request ListParticipantsRequestObject) (ListParticipantsResponseObject, error)
 	// GetPending Everything a participant still owes, oldest first.
 	// (GET /v1/jobs/{job}/participants/{participant}/pending)
 	GetPending(ctx context.Context, request GetPendingRequestObject) (GetPendingResponseObject, error)
@@ -6722,6 +6924,32 @@ func (sh *strictHandler) PutVote(w http.ResponseWriter, r *http.Request, job Job
 		sh.options.ResponseErrorHandlerFunc(w, r, err)
 	} else if validResponse, ok := response.(PutVoteResponseObject); ok {
 		if err := validResponse.VisitPutVoteResponse(w); err != nil {
+			sh.options.ResponseErrorHandlerFunc(w, r, err)
+		}
+	} else if response != nil {
+		sh.options.ResponseErrorHandlerFunc(w, r, fmt.Errorf("unexpected response type: %T", response))
+	}
+}
+
+// ListParticipants operation middleware
+func (sh *strictHandler) ListParticipants(w http.ResponseWriter, r *http.Request, job JobName) {
+	var request ListParticipantsRequestObject
+
+	request.Job = job
+
+	handler := func(ctx context.Context, w http.ResponseWriter, r *http.Request, request interface{}) (interface{}, error) {
+		return sh.ssi.ListParticipants(ctx, request.(ListParticipantsRequestObject))
+	}
+	for _, middleware := range sh.middlewares {
+		handler = middleware(handler, "ListParticipants")
+	}
+
+	response, err := handler(r.Context(), w, r, request)
+
+	if err != nil {
+		sh.options.ResponseErrorHandlerFunc(w, r, err)
+	} else if validResponse, ok := response.(ListParticipantsResponseObject); ok {
+		if err := validResponse.VisitListParticipantsResponse(w); err != nil {
 			sh.options.ResponseErrorHandlerFunc(w, r, err)
 		}
 	} else if response != nil {

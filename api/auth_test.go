@@ -187,6 +187,7 @@ func testEveryRouteWithEveryScope(t *testing.T) {
 			{"GET", j + "/participants/sink-a/pending?wait_ms=50", "", []string{"reader", "reader-all", "sink-a", "trigger", "operator", "admin"}},
 			{"POST", j + "/checkpoints", "", []string{"trigger", "operator", "admin"}},
 			{"GET", j + "/checkpoints", "", readers},
+			{"GET", j + "/participants", "", readers},
 			{"GET", cp, "", readers},
 			{"PUT", cp + "/votes/sink-a", fmt.Sprintf(`{"epoch":%d,"vote":"prepared"}`, epochA), []string{"sink-a", "admin"}},
 			{"POST", cp + "/commit", "", []string{"operator", "admin"}},

@@ -49,6 +49,9 @@ func (emptyStore) ListAudit(context.Context, coordinator.AuditQuery) ([]*coordin
 func (emptyStore) GetJob(context.Context, string) (*coordinator.Job, error) {
 	return nil, coordinator.ErrNotFound
 }
+func (emptyStore) Participants(context.Context, string, []string) ([]coordinator.ParticipantActivity, error) {
+	return nil, coordinator.ErrNotFound
+}
 func (emptyStore) ListJobs(context.Context, coordinator.JobPattern, string, int) ([]*coordinator.Job, error) {
 	return nil, nil
 }

@@ -292,7 +292,10 @@ func (r jsonResponse) VisitListOpenCheckpointsResponse(w http.ResponseWriter) er
 func (r jsonResponse) VisitListJobsResponse(w http.ResponseWriter) error  { return r.visit(w) }
 func (r jsonResponse) VisitDeleteJobResponse(w http.ResponseWriter) error { return r.visit(w) }
 func (r jsonResponse) VisitGetJobResponse(w http.ResponseWriter) error    { return r.visit(w) }
-func (r jsonResponse) VisitPutJobResponse(w http.ResponseWriter) error    { return r.visit(w) }
+func (r jsonResponse) VisitListParticipantsResponse(w http.ResponseWriter) error {
+	return r.visit(w)
+}
+func (r jsonResponse) VisitPutJobResponse(w http.ResponseWriter) error { return r.visit(w) }
 func (r jsonResponse) VisitListCheckpointsResponse(w http.ResponseWriter) error {
 	return r.visit(w)
 }

@@ -95,6 +95,23 @@ func (s *server) GetJob(ctx context.Context, req GetJobRequestObject) (GetJobRes
 	return ok(jobBody(job)), nil
 }
 
+func (s *server) ListParticipants(ctx context.Context, req ListParticipantsRequestObject) (ListParticipantsResponseObject, error) {
+	ps, err := s.svc.Participants(ctx, req.Job)
+	if err != nil {
+		return nil, err
+	}
+	items := make([]ParticipantView, len(ps))
+	for i, p := range ps {
+		items[i] = ParticipantView{Name: p.Name, Epoch: p.Epoch, RegisteredAt: utc(p.RegisteredAt), LastVoteAt: utc(p.LastVoteAt),
+			LastAckAt: utc(p.LastAckAt), Owed: p.Owed}
+		if p.LastVote != nil {
+			ms := p.LastVote.Milliseconds()
+			items[i].LastVoteMs = &ms
+		}
+	}
+	return ok(ParticipantList{Job: req.Job, Items: items}), nil
+}
+
 func (s *server) DeleteJob(ctx context.Context, req DeleteJobRequestObject) (DeleteJobResponseObject, error) {
 	if err := s.svc.DeleteJob(ctx, req.Job); err != nil {
 		return nil, err

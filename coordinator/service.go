@@ -108,6 +108,23 @@ func (s *Service) GetJob(ctx context.Context, name string) (*Job, error) {
 	return s.view(job), nil
 }
 
+// Participants returns each participant of job's configuration at a glance, in its
+// order. ErrNotFound if the job does not exist.
+func (s *Service) Participants(ctx context.Context, name string) ([]ParticipantActivity, error) {
+	if err := ValidateName("job", name); err != nil {
+		return nil, err
+	}
+	job, err := s.store.GetJob(ctx, name)
+	if err != nil {
+		return nil, jobError(name, err)
+	}
+	out, err := s.store.Participants(ctx, name, job.Config.Participants)
+	if err != nil {
+		return nil, jobError(name, err)
+	}
+	return out, nil
+}
+
 // view limits Epochs to the configured participants, with 0 for the unregistered.
 func (s *Service) view(job *Job) *Job {
 	epochs := make(map[string]int64, len(job.Config.Participants))

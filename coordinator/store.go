@@ -59,6 +59,9 @@ type Store interface {
 	Stats(ctx context.Context, lastCommitted bool) (*Stats, error)
 	// GetJob returns the job with LastCheckpoint and LastCommitted filled.
 	GetJob(ctx context.Context, name string) (*Job, error)
+	// Participants returns what GET /v1/jobs/{job}/participants shows of each of names,
+	// participants of job, in that order.
+	Participants(ctx context.Context, job string, names []string) ([]ParticipantActivity, error)
 	// ListJobs returns up to limit jobs that pattern matches (empty: every job) with names
 	// after the given one, by name.
 	ListJobs(ctx context.Context, pattern JobPattern, after string, limit int) ([]*Job, error)

@@ -247,3 +247,17 @@ type CheckpointQuery struct {
 	After int64
 	Limit int
 }
+
+// ParticipantActivity is one participant of a job at a glance: its epoch (0 if it never
+// registered) and when it last registered, its last vote (on the highest checkpoint it
+// voted on that is still kept) and how long after that checkpoint's opening it came, when
+// the highest checkpoint it acked was acked, and how many items its pending holds.
+type ParticipantActivity struct {
+	Name         string
+	Epoch        int64
+	RegisteredAt *time.Time
+	LastVoteAt   *time.Time
+	LastVote     *time.Duration
+	LastAckAt    *time.Time
+	Owed         int
+}

@@ -662,7 +662,7 @@ func (t *jobTx) Apply(ctx context.Context, m *coordinator.Mutation) error {
 		t.touched = append(t.touched, cp.ID)
 	}
 	for _, e := range m.Epochs {
-		t.queue.add("set epoch of "+e.Participant, setEpochSQL, t.job.Name, e.Participant, e.Epoch)
+		t.queue.add("set epoch of "+e.Participant, setEpochSQL, t.job.Name, e.Participant, e.Epoch, t.now)
 	}
 	if (m.Opened != nil || len(m.Epochs) > 0 || m.JobDeleted) && !t.announced {
 		// Participants waiting on pending, here and in other processes, read again; other

@@ -87,10 +87,32 @@ const epochsSQL = `SELECT coalesce(array_agg(participant ORDER BY participant), 
 		coalesce(array_agg(epoch ORDER BY participant), '{}') epochs
 	FROM participant_epochs WHERE job = $1`
 
-// setEpochSQL sets participant $2's epoch in job $1 to $3.
+// setEpochSQL sets participant $2's epoch in job $1 to $3, registered at $4.
 const setEpochSQL = `
-		INSERT INTO participant_epochs (job, participant, epoch) VALUES ($1, $2, $3)
-		ON CONFLICT (job, participant) DO UPDATE SET epoch = EXCLUDED.epoch`
+		INSERT INTO participant_epochs (job, participant, epoch, registered_at) VALUES ($1, $2, $3, $4)
+		ON CONFLICT (job, participant) DO UPDATE SET epoch = EXCLUDED.epoch, registered_at = EXCLUDED.registered_at`
+
+// participantsSQL is what GET /v1/jobs/{job}/participants shows of each of job $1's
+// participants $2 (its configured ones): epoch and registration, its last vote (by
+// checkpoint: the primary key read backwards, stopping at the first vote) and how long
+// after its checkpoint's opening it came, its last ack, and how many items its pending
+// holds, counted through the index of unacked rows.
+const participantsSQL = `
+	SELECT p.name, coalesce(e.epoch, 0), e.registered_at, v.voted_at, v.vote_ms, a.acked_at,
+		(SELECT count(*) FROM checkpoint_participants o JOIN checkpoints c ON c.job = o.job AND c.id = o.checkpoint_id
+			WHERE o.job = $1 AND o.participant = p.name AND o.acked_at IS NULL
+			AND ((c.status = 'preparing' AND o.vote IS NULL AND c.deadline > clock_timestamp()) OR c.status = 'committing'
+				OR (c.status = 'aborted' AND o.vote = 'prepared')))
+	FROM unnest($2::text[]) WITH ORDINALITY AS p(name, ord)
+	LEFT JOIN participant_epochs e ON e.job = $1 AND e.participant = p.name
+	LEFT JOIN LATERAL (SELECT cp.voted_at, floor(extract(epoch FROM cp.voted_at - c.created_at) * 1000)::bigint AS vote_ms
+		FROM checkpoint_participants cp JOIN checkpoints c ON c.job = cp.job AND c.id = cp.checkpoint_id
+		WHERE cp.job = $1 AND cp.participant = p.name AND cp.voted_at IS NOT NULL
+		ORDER BY cp.checkpoint_id DESC LIMIT 1) v ON true
+	LEFT JOIN LATERAL (SELECT cp.acked_at FROM checkpoint_participants cp
+		WHERE cp.job = $1 AND cp.participant = p.name AND cp.acked_at IS NOT NULL
+		ORDER BY cp.checkpoint_id DESC LIMIT 1) a ON true
+	ORDER BY p.ord`
 
 // Reading checkpoints
 

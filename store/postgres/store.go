@@ -527,3 +527,31 @@ func patternArgs(p coordinator.JobPattern) (prefix, exact string) {
 	}
 	return prefix, prefix
 }
+
+// Participants implements coordinator.Store, in one query.
+func (s *Store) Participants(ctx context.Context, job string, names []string) ([]coordinator.ParticipantActivity, error) {
+	rows, err := s.pool.Query(ctx, participantsSQL, job, names)
+	if err != nil {
+		return nil, translate(err)
+	}
+	defer rows.Close()
+	out := make([]coordinator.ParticipantActivity, 0, len(names))
+	for rows.Next() {
+		var p coordinator.ParticipantActivity
+		var voteMS *int64
+		var owed int64
+		if err := rows.Scan(&p.Name, &p.Epoch, &p.RegisteredAt, &p.LastVoteAt, &voteMS, &p.LastAckAt, &owed); err != nil {
+			return nil, translate(err)
+		}
+		if voteMS != nil {
+			d := time.Duration(*voteMS) * time.Millisecond
+			p.LastVote = &d
+		}
+		p.Owed = int(owed)
+		out = append(out, p)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, translate(err)
+	}
+	return out, nil
+}

@@ -255,7 +255,7 @@ func (t *jobTx) saveStatus(ctx context.Context, cp *coordinator.Checkpoint) erro
 }
 
 func (t *jobTx) setEpoch(ctx context.Context, participant string, epoch int64) error {
-	_, err := t.tx.ExecContext(ctx, setEpochSQL, t.job.Name, participant, epoch)
+	_, err := t.tx.ExecContext(ctx, setEpochSQL, t.job.Name, participant, epoch, t.now.UnixMicro())
 	if err != nil {
 		return fmt.Errorf("set epoch of %s: %w", participant, err)
 	}

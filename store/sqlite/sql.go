@@ -66,10 +66,30 @@ const markJobDeletedSQL = "UPDATE jobs SET deleted = 1, updated_at = ? WHERE nam
 
 // Epochs
 
-// setEpochSQL sets a participant's epoch in a job: ? the job, ? the participant, ? the epoch.
+// setEpochSQL sets a participant's epoch in a job: ? the job, ? the participant, ? the epoch,
+// ? when it registered (microseconds).
 const setEpochSQL = `
-	INSERT INTO participant_epochs (job, participant, epoch) VALUES (?, ?, ?)
-	ON CONFLICT (job, participant) DO UPDATE SET epoch = excluded.epoch`
+	INSERT INTO participant_epochs (job, participant, epoch, registered_at) VALUES (?, ?, ?, ?)
+	ON CONFLICT (job, participant) DO UPDATE SET epoch = excluded.epoch, registered_at = excluded.registered_at`
+
+// participantSQL is what GET /v1/jobs/{job}/participants shows of participant ?2 of job
+// ?1: epoch and registration, its last vote (by checkpoint: the primary key read
+// backwards, stopping at the first vote) and how long after its checkpoint's opening it
+// came, its last ack, and how many items its pending holds at ?3 (microseconds).
+const participantSQL = `
+	SELECT coalesce((SELECT epoch FROM participant_epochs WHERE job = ?1 AND participant = ?2), 0),
+		(SELECT registered_at FROM participant_epochs WHERE job = ?1 AND participant = ?2),
+		v.voted_at, v.voted_at - v.created_at,
+		(SELECT cp.acked_at FROM checkpoint_participants cp
+			WHERE cp.job = ?1 AND cp.participant = ?2 AND cp.acked_at IS NOT NULL ORDER BY cp.checkpoint_id DESC LIMIT 1),
+		(SELECT count(*) FROM checkpoint_participants o JOIN checkpoints c ON c.job = o.job AND c.id = o.checkpoint_id
+			WHERE o.job = ?1 AND o.participant = ?2 AND o.acked_at IS NULL
+			AND ((c.status = 'preparing' AND o.vote IS NULL AND c.deadline > ?3) OR c.status = 'committing'
+				OR (c.status = 'aborted' AND o.vote = 'prepared')))
+	FROM (SELECT 1) LEFT JOIN (SELECT cp.voted_at, c.created_at FROM checkpoint_participants cp
+		JOIN checkpoints c ON c.job = cp.job AND c.id = cp.checkpoint_id
+		WHERE cp.job = ?1 AND cp.participant = ?2 AND cp.voted_at IS NOT NULL
+		ORDER BY cp.checkpoint_id DESC LIMIT 1) v`
 
 // Reading checkpoints
 

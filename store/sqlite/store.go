@@ -622,3 +622,41 @@ func optionalTime(v sql.NullInt64) *time.Time {
 	t := fromMicros(v.Int64)
 	return &t
 }
+
+// Participants implements coordinator.Store, one query a participant in one read
+// transaction.
+func (s *Store) Participants(ctx context.Context, job string, names []string) ([]coordinator.ParticipantActivity, error) {
+	if err := s.checkOpen(); err != nil {
+		return nil, err
+	}
+	tx, err := s.reader.BeginTx(ctx, &sql.TxOptions{ReadOnly: true})
+	if err != nil {
+		return nil, translate(err)
+	}
+	defer func() { _ = tx.Rollback() }()
+	out := make([]coordinator.ParticipantActivity, 0, len(names))
+	for _, name := range names {
+		p := coordinator.ParticipantActivity{Name: name}
+		var registered, voted, voteMicros, acked sql.NullInt64
+		var owed int64
+		if err := tx.QueryRowContext(ctx, participantSQL, job, name, now().UnixMicro()).Scan(&p.Epoch, &registered, &voted, &voteMicros, &acked, &owed); err != nil {
+			return nil, translate(err)
+		}
+		p.RegisteredAt, p.LastVoteAt, p.LastAckAt = microsTime(registered), microsTime(voted), microsTime(acked)
+		if voteMicros.Valid {
+			d := (time.Duration(voteMicros.Int64) * time.Microsecond).Truncate(time.Millisecond)
+			p.LastVote = &d
+		}
+		p.Owed = int(owed)
+		out = append(out, p)
+	}
+	return out, nil
+}
+
+func microsTime(v sql.NullInt64) *time.Time {
+	if !v.Valid {
+		return nil
+	}
+	t := time.UnixMicro(v.Int64).UTC()
+	return &t
+}

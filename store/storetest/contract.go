@@ -42,6 +42,7 @@ func runContract(t *testing.T, o opener) {
 		{"Idempotency/RoundTrip", testIdempotencyRoundTrip},
 		{"ExpiredJobs", testExpiredJobs},
 		{"ListCheckpoints/PerJob", testListCheckpointsPerJob},
+		{"Participants/AtAGlance", testParticipantsAtAGlance},
 		{"ListCheckpoints/Global", testListCheckpointsGlobal},
 		{"Subscribe/WokenByCommittedDecision", testSubscribeWoken},
 		{"Subscribe/WokenByDecisionInRejectedUpdate", testSubscribeWokenOnRejection},

@@ -284,3 +284,65 @@ func testListCheckpointsGlobal(t *testing.T, b *bundle) {
 	wantIDs(t, "global page 3", page)
 	wantIDs(t, "global list after alpha/1's Seq", list(coordinator.CheckpointQuery{Limit: 3, After: seqs[0]}), "beta/1", "alpha/2", "beta/2")
 }
+
+// Participants shows each configured participant's epoch and registration, its last vote
+// and how long after its checkpoint's opening it came, its last ack, and what it owes: as
+// many items as its pending holds.
+func testParticipantsAtAGlance(t *testing.T, b *bundle) {
+	b.putJob("glance", config("a", "b"))
+	ea, eb := b.register("glance", "a"), b.register("glance", "b")
+	cp1 := b.prepare("glance")
+	b.vote("glance", cp1.ID, "a", prepared(ea, `["a1"]`))
+	b.vote("glance", cp1.ID, "b", prepared(eb, `["b1"]`))
+	acked := b.ack("glance", cp1.ID, "a", ea)
+	cp2 := b.prepare("glance")
+	b.vote("glance", cp2.ID, "a", abortVote(ea, "no"))
+	b.putJob("glance", config("a", "b", "c"))
+	cp3 := b.prepare("glance")
+
+	got, err := b.svc.Participants(b.ctx, "glance")
+	if err != nil {
+		t.Fatalf("Participants: %v", err)
+	}
+	if len(got) != 3 || got[0].Name != "a" || got[1].Name != "b" || got[2].Name != "c" {
+		t.Fatalf("Participants = %+v, want a, b, c in the configuration's order", got)
+	}
+	a, bb, c := got[0], got[1], got[2]
+	if a.Epoch != ea || bb.Epoch != eb || c.Epoch != 0 {
+		t.Errorf("epochs = %d %d %d, want %d %d 0", a.Epoch, bb.Epoch, c.Epoch, ea, eb)
+	}
+	if a.RegisteredAt == nil || bb.RegisteredAt == nil || c.RegisteredAt != nil {
+		t.Errorf("registered_at = %s %s %s, want set, set, nil", fmtTimePtr(a.RegisteredAt), fmtTimePtr(bb.RegisteredAt), fmtTimePtr(c.RegisteredAt))
+	}
+	if a.RegisteredAt != nil && a.RegisteredAt.After(cp1.CreatedAt) {
+		t.Errorf("a registered at %s, after checkpoint %d opened at %s", a.RegisteredAt, cp1.ID, cp1.CreatedAt)
+	}
+	cp2now := b.get("glance", cp2.ID)
+	if a.LastVoteAt == nil || !sameTimePtr(a.LastVoteAt, cp2now.Participants[0].VotedAt) || a.LastVote == nil ||
+		*a.LastVote != cp2now.Participants[0].VotedAt.Sub(cp2now.CreatedAt).Truncate(time.Millisecond) {
+		t.Errorf("a's last vote = %s after %v, want checkpoint %d's at %s", fmtTimePtr(a.LastVoteAt), a.LastVote, cp2.ID, fmtTimePtr(cp2now.Participants[0].VotedAt))
+	}
+	cp1now := b.get("glance", cp1.ID)
+	if !sameTimePtr(bb.LastVoteAt, cp1now.Participants[1].VotedAt) || c.LastVoteAt != nil || c.LastVote != nil {
+		t.Errorf("last votes of b, c = %s, %s; want checkpoint %d's, none", fmtTimePtr(bb.LastVoteAt), fmtTimePtr(c.LastVoteAt), cp1.ID)
+	}
+	if !sameTimePtr(a.LastAckAt, acked.Participants[0].AckedAt) || bb.LastAckAt != nil || c.LastAckAt != nil {
+		t.Errorf("last acks = %s %s %s, want a's of checkpoint %d, none, none", fmtTimePtr(a.LastAckAt), fmtTimePtr(bb.LastAckAt), fmtTimePtr(c.LastAckAt), cp1.ID)
+	}
+	// a owes its vote on cp3; b the commit of cp1 and its vote on cp3; c its vote on cp3.
+	for _, p := range got {
+		pending, err := b.svc.Pending(b.ctx, "glance", p.Name, 0, 0)
+		if err != nil {
+			t.Fatalf("Pending(%s): %v", p.Name, err)
+		}
+		if p.Owed != len(pending.Items) {
+			t.Errorf("%s owes %d, but its pending holds %d items", p.Name, p.Owed, len(pending.Items))
+		}
+	}
+	if a.Owed != 1 || bb.Owed != 2 || c.Owed != 1 {
+		t.Errorf("owed = %d %d %d, want 1 2 1 (checkpoint %d open)", a.Owed, bb.Owed, c.Owed, cp3.ID)
+	}
+	if _, err := b.svc.Participants(b.ctx, "no-such-job"); !errors.Is(err, coordinator.ErrNotFound) {
+		t.Errorf("Participants of a missing job: %v, want ErrNotFound", err)
+	}
+}

@@ -39,10 +39,12 @@ type memState struct {
 	// its seq once past it, whatever retention deleted.
 	createdSeqs map[string]int64
 	epochs      map[string]map[string]int64
-	cps         map[string]map[int64]*coordinator.Checkpoint
-	idem        map[string]map[string]coordinator.IdempotencyRecord
-	global      int64
-	audit       []coordinator.AuditEntry
+	// registered are when each job's participants last registered.
+	registered map[string]map[string]time.Time
+	cps        map[string]map[int64]*coordinator.Checkpoint
+	idem       map[string]map[string]coordinator.IdempotencyRecord
+	global     int64
+	audit      []coordinator.AuditEntry
 }
 
 var _ coordinator.Store = (*memStore)(nil)
@@ -54,6 +56,7 @@ func newMemStore() *memStore {
 			seqs:        map[string]int64{},
 			createdSeqs: map[string]int64{},
 			epochs:      map[string]map[string]int64{},
+			registered:  map[string]map[string]time.Time{},
 			cps:         map[string]map[int64]*coordinator.Checkpoint{},
 			idem:        map[string]map[string]coordinator.IdempotencyRecord{},
 		},
@@ -74,6 +77,7 @@ func (s *memState) clone() *memState {
 		seqs:        maps.Clone(s.seqs),
 		createdSeqs: maps.Clone(s.createdSeqs),
 		epochs:      map[string]map[string]int64{},
+		registered:  map[string]map[string]time.Time{},
 		cps:         map[string]map[int64]*coordinator.Checkpoint{},
 		idem:        map[string]map[string]coordinator.IdempotencyRecord{},
 		global:      s.global,
@@ -86,6 +90,9 @@ func (s *memState) clone() *memState {
 	}
 	for k, e := range s.epochs {
 		out.epochs[k] = maps.Clone(e)
+	}
+	for k, r := range s.registered {
+		out.registered[k] = maps.Clone(r)
 	}
 	for k, m := range s.cps {
 		out.cps[k] = map[int64]*coordinator.Checkpoint{}
@@ -232,6 +239,44 @@ func (s *memStore) GetJob(ctx context.Context, name string) (*coordinator.Job, e
 	return s.state.shown(name), nil
 }
 
+// Participants implements coordinator.Store from the checkpoints kept: the reference the
+// real stores' queries are compared with.
+func (s *memStore) Participants(ctx context.Context, job string, names []string) ([]coordinator.ParticipantActivity, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	ids := slices.Sorted(maps.Keys(s.state.cps[job]))
+	slices.Reverse(ids)
+	out := make([]coordinator.ParticipantActivity, 0, len(names))
+	for _, name := range names {
+		p := coordinator.ParticipantActivity{Name: name, Epoch: s.state.epochs[job][name]}
+		if at, ok := s.state.registered[job][name]; ok {
+			p.RegisteredAt = &at
+		}
+		for _, id := range ids {
+			cp := s.state.cps[job][id]
+			for _, e := range cp.Participants {
+				if e.Name != name {
+					continue
+				}
+				if p.LastVoteAt == nil && e.VotedAt != nil {
+					at, d := *e.VotedAt, e.VotedAt.Sub(cp.CreatedAt).Truncate(time.Millisecond)
+					p.LastVoteAt, p.LastVote = &at, &d
+				}
+				if p.LastAckAt == nil && e.AckedAt != nil {
+					at := *e.AckedAt
+					p.LastAckAt = &at
+				}
+				if e.AckedAt == nil && ((cp.Status == coordinator.StatusPreparing && e.Vote == "") || cp.Status == coordinator.StatusCommitting ||
+					(cp.Status == coordinator.StatusAborted && e.Vote == coordinator.VotePrepared)) {
+					p.Owed++
+				}
+			}
+		}
+		out = append(out, p)
+	}
+	return out, nil
+}
+
 func (s *memStore) ListJobs(ctx context.Context, pattern coordinator.JobPattern, after string, limit int) ([]*coordinator.Job, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -361,6 +406,12 @@ func (tx *memTx) Apply(ctx context.Context, m *coordinator.Mutation) error {
 		return coordinator.ErrNotFound
 	}
 	tx.state.seqs[tx.name], tx.state.epochs[tx.name] = job.Seq, job.Epochs
+	for _, e := range m.Epochs {
+		if tx.state.registered[tx.name] == nil {
+			tx.state.registered[tx.name] = map[string]time.Time{}
+		}
+		tx.state.registered[tx.name][e.Participant] = tx.Now()
+	}
 	if m.Opened != nil {
 		tx.state.global++
 		m.Opened.Seq = tx.state.global

@@ -530,6 +530,38 @@ type JobPattern = string
 // Name Example: sink-a
 type Name = string
 
+// ParticipantList defines model for ParticipantList.
+type ParticipantList struct {
+	Items []ParticipantView `json:"items"`
+
+	// Job Example: sink-a
+	Job Name `json:"job"`
+}
+
+// ParticipantView defines model for ParticipantView.
+type ParticipantView struct {
+	// Epoch Its current epoch; 0 if it never registered.
+	Epoch int64 `json:"epoch"`
+
+	// LastAckAt When the highest checkpoint it acked was acked (by it, or settled by an operator).
+	LastAckAt *time.Time `json:"last_ack_at"`
+
+	// LastVoteAt When it cast its vote on the highest checkpoint it voted on; null if none kept.
+	LastVoteAt *time.Time `json:"last_vote_at"`
+
+	// LastVoteMs How long after that checkpoint opened the vote came, in milliseconds.
+	LastVoteMs *int64 `json:"last_vote_ms"`
+
+	// Name Example: sink-a
+	Name Name `json:"name"`
+
+	// Owed How many items its `pending` holds now (votes, commits and rollbacks owed).
+	Owed int `json:"owed"`
+
+	// RegisteredAt When it last registered (null if never, or before this was recorded).
+	RegisteredAt *time.Time `json:"registered_at"`
+}
+
 // Pending defines model for Pending.
 type Pending struct {
 	Epoch int64         `json:"epoch"`
@@ -1303,6 +1335,18 @@ type ClientInterface interface {
 	// Corresponds with PUT /v1/jobs/{job}/checkpoints/{id}/votes/{participant} (the `PutVote` operationId).
 	PutVote(ctx context.Context, job JobName, id CheckpointID, participant ParticipantName, params *PutVoteParams, body PutVoteJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error)
 
+	// ListParticipants Each participant of the job at a glance.
+	//
+	// Each participant of the job's configuration, in its order: its epoch (0 if it never
+	// registered), when it last registered, its last vote (when, and how long after its
+	// checkpoint opened: who is slow to prepare), its last ack, and how many items its
+	// `pending` holds now. One read of the database; the last vote and ack are found by
+	// reading the participant's rows newest first, so a participant that votes is found at
+	// once whatever the history.
+	//
+	// Corresponds with GET /v1/jobs/{job}/participants (the `ListParticipants` operationId).
+	ListParticipants(ctx context.Context, job JobName, reqEditors ...RequestEditorFn) (*http.Response, error)
+
 	// GetPending Everything a participant still owes, oldest first.
 	//
 	// `vote`: a `preparing` checkpoint it has not voted on. `commit`: a `committing`
@@ -1935,6 +1979,28 @@ func (c *Client) PutVoteWithBody(ctx context.Context, job JobName, id Checkpoint
 // Corresponds with PUT /v1/jobs/{job}/checkpoints/{id}/votes/{participant} (the `PutVote` operationId).
 func (c *Client) PutVote(ctx context.Context, job JobName, id CheckpointID, participant ParticipantName, params *PutVoteParams, body PutVoteJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error) {
 	req, err := NewPutVoteRequest(c.Server, job, id, participant, params, body)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// ListParticipants Each participant of the job at a glance.
+//
+// Each participant of the job's configuration, in its order: its epoch (0 if it never
+// registered), when it last registered, its last vote (when, and how long after its
+// checkpoint opened: who is slow to prepare), its last ack, and how many items its
+// `pending` holds now. One read of the database; the last vote and ack are found by
+// reading the participant's rows newest first, so a participant that votes is found at
+// once whatever the history.
+//
+// Corresponds with GET /v1/jobs/{job}/participants (the `ListParticipants` operationId).
+func (c *Client) ListParticipants(ctx context.Context, job JobName, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewListParticipantsRequest(c.Server, job)
 	if err != nil {
 		return nil, err
 	}
@@ -3214,6 +3280,40 @@ func NewPutVoteRequestWithBody(server string, job JobName, id CheckpointID, part
 	return req, nil
 }
 
+// NewListParticipantsRequest constructs an http.Request for the ListParticipants method
+func NewListParticipantsRequest(server string, job JobName) (*http.Request, error) {
+	var err error
+
+	var pathParam0 string
+
+	pathParam0, err = runtime.StyleParamWithOptions("simple", false, "job", job, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
+	if err != nil {
+		return nil, err
+	}
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/v1/jobs/%s/participants", pathParam0)
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	req, err := http.NewRequest(http.MethodGet, queryURL.String(), nil)
+	if err != nil {
+		return nil, err
+	}
+
+	return req, nil
+}
+
 // NewGetPendingRequest constructs an http.Request for the GetPending method
 func NewGetPendingRequest(server string, job JobName, participant ParticipantName, params *GetPendingParams) (*http.Request, error) {
 	var err error
@@ -3878,6 +3978,20 @@ type ClientWithResponsesInterface interface {
 	//
 	// Corresponds with PUT /v1/jobs/{job}/checkpoints/{id}/votes/{participant} (the `PutVote` operationId).
 	PutVoteWithResponse(ctx context.Context, job JobName, id CheckpointID, participant ParticipantName, params *PutVoteParams, body PutVoteJSONRequestBody, reqEditors ...RequestEditorFn) (*PutVoteResponse, error)
+
+	// ListParticipantsWithResponse Each participant of the job at a glance.
+	//
+	// Each participant of the job's configuration, in its order: its epoch (0 if it never
+	// registered), when it last registered, its last vote (when, and how long after its
+	// checkpoint opened: who is slow to prepare), its last ack, and how many items its
+	// `pending` holds now. One read of the database; the last vote and ack are found by
+	// reading the participant's rows newest first, so a participant that votes is found at
+	// once whatever the history.
+	//
+	// Returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with GET /v1/jobs/{job}/participants (the `ListParticipants` operationId).
+	ListParticipantsWithResponse(ctx context.Context, job JobName, reqEditors ...RequestEditorFn) (*ListParticipantsResponse, error)
 
 	// GetPendingWithResponse Everything a participant still owes, oldest first.
 	//
@@ -6034,6 +6148,110 @@ func (r PutVoteResponse) ContentType() string {
 	return ""
 }
 
+// ListParticipantsResponse401Headers the declared response headers of an HTTP 401 response for ListParticipants
+type ListParticipantsResponse401Headers struct {
+	WWWAuthenticate *string
+}
+
+// ListParticipantsResponse503Headers the declared response headers of an HTTP 503 response for ListParticipants
+type ListParticipantsResponse503Headers struct {
+	RetryAfter *int
+}
+
+// ListParticipantsResponseDefaultHeaders the declared response headers of an HTTP default response for ListParticipants
+type ListParticipantsResponseDefaultHeaders struct {
+	RetryAfter *int
+}
+
+type ListParticipantsResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON200 the response for an HTTP 200 `application/json` response
+	JSON200 *ParticipantList
+	// ApplicationproblemJSON400 the response for an HTTP 400 `application/problem+json` response
+	ApplicationproblemJSON400 *BadRequest
+	// ApplicationproblemJSON401 the response for an HTTP 401 `application/problem+json` response
+	ApplicationproblemJSON401 *Unauthenticated
+	// ApplicationproblemJSON403 the response for an HTTP 403 `application/problem+json` response
+	ApplicationproblemJSON403 *Forbidden
+	// ApplicationproblemJSON404 the response for an HTTP 404 `application/problem+json` response
+	ApplicationproblemJSON404 *NotFound
+	// ApplicationproblemJSON503 the response for an HTTP 503 `application/problem+json` response
+	ApplicationproblemJSON503 *Unavailable
+	// ApplicationproblemJSONDefault the response for an HTTP default `application/problem+json` response
+	ApplicationproblemJSONDefault *Problem
+	// Headers401 the parsed response headers for an HTTP 401 response
+	Headers401 *ListParticipantsResponse401Headers
+	// Headers503 the parsed response headers for an HTTP 503 response
+	Headers503 *ListParticipantsResponse503Headers
+	// HeadersDefault the parsed response headers for an HTTP default response
+	HeadersDefault *ListParticipantsResponseDefaultHeaders
+}
+
+// GetJSON200 returns the response for an HTTP 200 `application/json` response
+func (r ListParticipantsResponse) GetJSON200() *ParticipantList {
+	return r.JSON200
+}
+
+// GetApplicationproblemJSON400 returns the response for an HTTP 400 `application/problem+json` response
+func (r ListParticipantsResponse) GetApplicationproblemJSON400() *BadRequest {
+	return r.ApplicationproblemJSON400
+}
+
+// GetApplicationproblemJSON401 returns the response for an HTTP 401 `application/problem+json` response
+func (r ListParticipantsResponse) GetApplicationproblemJSON401() *Unauthenticated {
+	return r.ApplicationproblemJSON401
+}
+
+// GetApplicationproblemJSON403 returns the response for an HTTP 403 `application/problem+json` response
+func (r ListParticipantsResponse) GetApplicationproblemJSON403() *Forbidden {
+	return r.ApplicationproblemJSON403
+}
+
+// GetApplicationproblemJSON404 returns the response for an HTTP 404 `application/problem+json` response
+func (r ListParticipantsResponse) GetApplicationproblemJSON404() *NotFound {
+	return r.ApplicationproblemJSON404
+}
+
+// GetApplicationproblemJSON503 returns the response for an HTTP 503 `application/problem+json` response
+func (r ListParticipantsResponse) GetApplicationproblemJSON503() *Unavailable {
+	return r.ApplicationproblemJSON503
+}
+
+// GetApplicationproblemJSONDefault returns the response for an HTTP default `application/problem+json` response
+func (r ListParticipantsResponse) GetApplicationproblemJSONDefault() *Problem {
+	return r.ApplicationproblemJSONDefault
+}
+
+// GetBody returns the raw response body bytes
+func (r ListParticipantsResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r ListParticipantsResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r ListParticipantsResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r ListParticipantsResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
 // GetPendingResponse401Headers the declared response headers of an HTTP 401 response for GetPending
 type GetPendingResponse401Headers struct {
 	WWWAuthenticate *string
@@ -7151,6 +7369,26 @@ func (c *ClientWithResponses) PutVoteWithResponse(ctx context.Context, job JobNa
 		return nil, err
 	}
 	return ParsePutVoteResponse(rsp)
+}
+
+// ListParticipantsWithResponse Each participant of the job at a glance.
+//
+// Each participant of the job's configuration, in its order: its epoch (0 if it never
+// registered), when it last registered, its last vote (when, and how long after its
+// checkpoint opened: who is slow to prepare), its last ack, and how many items its
+// `pending` holds now. One read of the database; the last vote and ack are found by
+// reading the participant's rows newest first, so a participant that votes is found at
+// once whatever the history.
+//
+// Returns a wrapper object for the known response body format(s).
+//
+// Corresponds with GET /v1/jobs/{job}/participants (the `ListParticipants` operationId).
+func (c *ClientWithResponses) ListParticipantsWithResponse(ctx context.Context, job JobName, reqEditors ...RequestEditorFn) (*ListParticipantsResponse, error) {
+	rsp, err := c.ListParticipants(ctx, job, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseListParticipantsResponse(rsp)
 }
 
 // GetPendingWithResponse Everything a participant still owes, oldest first.
@@ -9255,6 +9493,107 @@ func ParsePutVoteResponse(rsp *http.Response) (*PutVoteResponse, error) {
 		response.Headers503 = &headers
 	case true:
 		var headers PutVoteResponseDefaultHeaders
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = &value
+		}
+		response.HeadersDefault = &headers
+	}
+
+	return response, nil
+}
+
+// ParseListParticipantsResponse parses an HTTP response from a ListParticipantsWithResponse call
+func ParseListParticipantsResponse(rsp *http.Response) (*ListParticipantsResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &ListParticipantsResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
+		var dest ParticipantList
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON200 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 400:
+		var dest BadRequest
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON400 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
+		var dest Unauthenticated
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 403:
+		var dest Forbidden
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON403 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 404:
+		var dest NotFound
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON404 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 503:
+		var dest Unavailable
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON503 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && true:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSONDefault = &dest
+
+	}
+
+	switch {
+	case rsp.StatusCode == 401:
+		var headers ListParticipantsResponse401Headers
+		if values := rsp.Header.Values("WWW-Authenticate"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "WWW-Authenticate", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.WWWAuthenticate = &value
+		}
+		response.Headers401 = &headers
+	case rsp.StatusCode == 503:
+		var headers ListParticipantsResponse503Headers
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = &value
+		}
+		response.Headers503 = &headers
+	case true:
+		var headers ListParticipantsResponseDefaultHeaders
 		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
 			var value int
 			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "integer", Format: ""}); err != nil {

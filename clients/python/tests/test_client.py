@@ -60,6 +60,12 @@ class Operations(unittest.TestCase):
         self.assertEqual(after_b.participant("a").committables, [{"txn": "a-1"}, 2, "three", None])
         self.assertEqual(after_b.decision_cause, "all_prepared")
 
+        glance = c.participants(job)
+        self.assertEqual([(p.name, p.epoch, p.owed) for p in glance], [("a", ra.epoch, 1), ("b", rb.epoch, 1)])
+        self.assertIsNotNone(glance[0].registered_at)
+        self.assertIsNotNone(glance[0].last_vote_at)
+        self.assertGreaterEqual(glance[0].last_vote_ms, 0)
+        self.assertIsNone(glance[0].last_ack_at)
         owed = c.pending(job, "a", wait_ms=1000, epoch=ra.epoch)
         self.assertEqual([(i.checkpoint, i.action, i.committables) for i in owed.items],
                          [(1, "commit", [{"txn": "a-1"}, 2, "three", None])])

@@ -39,7 +39,7 @@ from .errors import (
     VotesMissing,
 )
 from .runner import Permanent, Preparing, Runner
-from .types import AuditEntry, Checkpoint, CheckpointParticipant, Info, Job, Page, Pending, PendingItem, Registration, Token
+from .types import AuditEntry, Checkpoint, CheckpointParticipant, Info, Job, Page, ParticipantView, Pending, PendingItem, Registration, Token
 
 __version__ = "1.0.0"
 
@@ -47,7 +47,7 @@ __all__ = [
     "AlreadyDecided", "AuditEntry", "Cancel", "Cancelled", "Checkpoint", "CheckpointParticipant", "Coordinator",
     "CoordinatorError", "DecidedMeanwhile", "Fenced", "Forbidden", "Gone", "IdempotencyConflict", "Info",
     "InternalError", "InvalidRequest", "Job", "JobBusy", "LowerCheckpointOpen", "MethodNotAllowed", "Misconfigured",
-    "MisdirectedRequest", "NotDecided", "NotFound", "NotRegistered", "Page", "PayloadTooLarge", "Pending",
+    "MisdirectedRequest", "NotDecided", "NotFound", "NotRegistered", "Page", "ParticipantView", "PayloadTooLarge", "Pending",
     "PendingItem", "Permanent", "Preparing", "Registration", "Runner", "Token", "TokenExists",
     "TooManyCheckpoints", "Unauthenticated", "Unavailable", "UnsupportedMediaType", "VoteConflict", "VotesMissing",
 ]

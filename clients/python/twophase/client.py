@@ -19,7 +19,7 @@ import uuid
 from typing import Any, Callable, Dict, Iterator, List, Optional, Sequence, Tuple, TypeVar
 
 from .errors import CoordinatorError, Misconfigured, error_for
-from .types import AuditEntry, Checkpoint, Info, Job, Page, Pending, Registration, Token
+from .types import AuditEntry, Checkpoint, Info, Job, Page, ParticipantView, Pending, Registration, Token
 
 __all__ = ["Coordinator", "Cancel", "Cancelled"]
 
@@ -320,6 +320,12 @@ class Coordinator:
         ans = self._call("pending", "GET", f"/v1/jobs/{_q(job)}/participants/{_q(participant)}/pending",
                          query=query, wait_ms=wait_ms, cancel=cancel)
         return Pending.from_json(ans.json())
+
+    def participants(self, job: str) -> List[ParticipantView]:
+        """Each participant of the job at a glance: epoch, registration, last vote and how
+        long after its checkpoint opened it came, last ack, and how much it owes."""
+        raw = self._call("list participants", "GET", f"/v1/jobs/{_q(job)}/participants").json()
+        return [ParticipantView.from_json(p) for p in raw["items"]]
 
     # --- checkpoints ---
 

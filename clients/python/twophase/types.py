@@ -164,6 +164,24 @@ class Registration:
 
 
 @dataclass
+class ParticipantView:
+    """A participant of a job at a glance (GET /v1/jobs/{job}/participants)."""
+
+    name: str
+    epoch: int = 0
+    registered_at: Optional[datetime] = None
+    last_vote_at: Optional[datetime] = None
+    last_vote_ms: Optional[int] = None
+    last_ack_at: Optional[datetime] = None
+    owed: int = 0
+    extra: Dict[str, Any] = field(default_factory=dict)
+
+    @classmethod
+    def from_json(cls, raw: Dict[str, Any]) -> "ParticipantView":
+        return _decode(cls, raw, times=("registered_at", "last_vote_at", "last_ack_at"))
+
+
+@dataclass
 class Token:
     name: str
     scopes: List[str]

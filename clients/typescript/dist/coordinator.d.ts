@@ -13,6 +13,7 @@ export type TokenCreated = Schemas["TokenCreated"];
 export type TokenRequest = Schemas["TokenRequest"];
 export type AuditEntry = Schemas["AuditEntry"];
 export type Info = Schemas["Info"];
+export type ParticipantView = Schemas["ParticipantView"];
 export type Scope = Schemas["Scope"];
 /** One page of a list; `nextCursor` is undefined on the last page. */
 export interface Page<T> {
@@ -97,6 +98,9 @@ export declare class Coordinator {
         waitMs?: number;
         epoch?: number;
     }, opts?: CallOptions): Promise<Pending>;
+    /** Each participant of the job at a glance: epoch, registration, last vote and how long
+     * after its checkpoint opened it came, last ack, and how much it owes. */
+    participants(job: string, opts?: CallOptions): Promise<ParticipantView[]>;
     /**
      * Opens the job's next checkpoint (phase one). Every attempt carries the same
      * Idempotency-Key (a new one when none is given), so a retry after a lost answer returns

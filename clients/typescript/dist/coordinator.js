@@ -182,6 +182,12 @@ export class Coordinator {
         const { data } = await this.#call("pending", [200], waitMs, opts, (signal) => this.#client.GET("/v1/jobs/{job}/participants/{participant}/pending", { params: { path: { job, participant }, query }, signal }));
         return data;
     }
+    /** Each participant of the job at a glance: epoch, registration, last vote and how long
+     * after its checkpoint opened it came, last ack, and how much it owes. */
+    async participants(job, opts) {
+        const { data } = await this.#call("list participants", [200], 0, opts, (signal) => this.#client.GET("/v1/jobs/{job}/participants", { params: { path: { job } }, signal }));
+        return data.items;
+    }
     // --- checkpoints ---
     /**
      * Opens the job's next checkpoint (phase one). Every attempt carries the same

@@ -19,6 +19,7 @@ export type TokenCreated = Schemas["TokenCreated"];
 export type TokenRequest = Schemas["TokenRequest"];
 export type AuditEntry = Schemas["AuditEntry"];
 export type Info = Schemas["Info"];
+export type ParticipantView = Schemas["ParticipantView"];
 export type Scope = Schemas["Scope"];
 
 /** One page of a list; `nextCursor` is undefined on the last page. */
@@ -261,6 +262,14 @@ export class Coordinator {
     const { data } = await this.#call("pending", [200], waitMs, opts, (signal) =>
       this.#client.GET("/v1/jobs/{job}/participants/{participant}/pending", { params: { path: { job, participant }, query }, signal }));
     return data;
+  }
+
+  /** Each participant of the job at a glance: epoch, registration, last vote and how long
+   * after its checkpoint opened it came, last ack, and how much it owes. */
+  async participants(job: string, opts?: CallOptions): Promise<ParticipantView[]> {
+    const { data } = await this.#call("list participants", [200], 0, opts, (signal) =>
+      this.#client.GET("/v1/jobs/{job}/participants", { params: { path: { job } }, signal }));
+    return data.items;
   }
 
   // --- checkpoints ---

@@ -52,6 +52,33 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/v1/jobs/{job}/participants": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                job: components["parameters"]["JobName"];
+            };
+            cookie?: never;
+        };
+        /**
+         * Each participant of the job at a glance.
+         * @description Each participant of the job's configuration, in its order: its epoch (0 if it never
+         *     registered), when it last registered, its last vote (when, and how long after its
+         *     checkpoint opened: who is slow to prepare), its last ack, and how many items its
+         *     `pending` holds now. One read of the database; the last vote and ack are found by
+         *     reading the participant's rows newest first, so a participant that votes is found at
+         *     once whatever the history.
+         */
+        get: operations["listParticipants"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/v1/jobs/{job}/participants/{participant}/register": {
         parameters: {
             query?: never;
@@ -875,6 +902,40 @@ export interface components {
              */
             schema_expected: number;
         };
+        ParticipantView: {
+            name: components["schemas"]["Name"];
+            /**
+             * Format: int64
+             * @description Its current epoch; 0 if it never registered.
+             */
+            epoch: number;
+            /**
+             * Format: date-time
+             * @description When it last registered (null if never, or before this was recorded).
+             */
+            registered_at: string | null;
+            /**
+             * Format: date-time
+             * @description When it cast its vote on the highest checkpoint it voted on; null if none kept.
+             */
+            last_vote_at: string | null;
+            /**
+             * Format: int64
+             * @description How long after that checkpoint opened the vote came, in milliseconds.
+             */
+            last_vote_ms: number | null;
+            /**
+             * Format: date-time
+             * @description When the highest checkpoint it acked was acked (by it, or settled by an operator).
+             */
+            last_ack_at: string | null;
+            /** @description How many items its `pending` holds now (votes, commits and rollbacks owed). */
+            owed: number;
+        };
+        ParticipantList: {
+            job: components["schemas"]["Name"];
+            items: components["schemas"]["ParticipantView"][];
+        };
         /**
          * @description Stable machine code of a problem, one per kind of error, so that clients can switch
          *     on it. The page that a problem's `type` names (and docs/problems.md) says what each
@@ -1068,6 +1129,8 @@ export type SchemaAckCounts = components['schemas']['AckCounts'];
 export type SchemaCheckpointList = components['schemas']['CheckpointList'];
 export type SchemaHealth = components['schemas']['Health'];
 export type SchemaInfo = components['schemas']['Info'];
+export type SchemaParticipantView = components['schemas']['ParticipantView'];
+export type SchemaParticipantList = components['schemas']['ParticipantList'];
 export type SchemaProblemCode = components['schemas']['ProblemCode'];
 export type SchemaProblem = components['schemas']['Problem'];
 export type ResponseProblem = components['responses']['Problem'];
@@ -1221,6 +1284,34 @@ export interface operations {
             403: components["responses"]["Forbidden"];
             404: components["responses"]["NotFound"];
             409: components["responses"]["Conflict"];
+            503: components["responses"]["Unavailable"];
+            default: components["responses"]["Problem"];
+        };
+    };
+    listParticipants: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                job: components["parameters"]["JobName"];
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description The job's participants. */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ParticipantList"];
+                };
+            };
+            400: components["responses"]["BadRequest"];
+            401: components["responses"]["Unauthenticated"];
+            403: components["responses"]["Forbidden"];
+            404: components["responses"]["NotFound"];
             503: components["responses"]["Unavailable"];
             default: components["responses"]["Problem"];
         };

@@ -37,6 +37,10 @@ describe("operations", () => {
     const afterB = await c.vote(job, 1, "b", { epoch: rb.epoch, vote: "prepared" }, { minimal: false });
     assert.equal(afterB.status, "committing");
     assert.deepEqual(afterB.participants.find((p) => p.name === "a").committables, [{ txn: "a-1" }, 2, "three", null]);
+    const glance = await c.participants(job);
+    assert.deepEqual(glance.map((p) => [p.name, p.epoch, p.owed]), [["a", ra.epoch, 1], ["b", rb.epoch, 1]]);
+    assert.ok(glance[0].registered_at && glance[0].last_vote_at && glance[0].last_vote_ms >= 0);
+    assert.equal(glance[0].last_ack_at, null);
     const owed = await c.pending(job, "a", { waitMs: 1000, epoch: ra.epoch });
     assert.deepEqual(owed.items.map((i) => [i.checkpoint, i.action, i.committables]), [[1, "commit", [{ txn: "a-1" }, 2, "three", null]]]);
     await c.ack(job, 1, "a", ra.epoch);

@@ -1,0 +1,3 @@
+-- When each participant last registered, for GET /v1/jobs/{job}/participants; null for
+-- registrations made before this column existed.
+ALTER TABLE participant_epochs ADD COLUMN registered_at timestamptz;

@@ -1,0 +1,1 @@
+ALTER TABLE participant_epochs DROP COLUMN registered_at;

@@ -21,7 +21,8 @@ import (
 // SIGKILL, a lost answer to open_checkpoint, TLS with a client certificate, tokens, and
 // its Runner through restarts. python3 must be installed: without it the test fails.
 func TestPythonClient(t *testing.T) {
-	t.Parallel()
+	// Not parallel: the clients' suites load both cores, and the package's tests with
+	// one-second bounds (revocation, expiry) run in parallel after the serial ones.
 	f := startClientFixture(t) // first: under -short it skips the test
 	if _, err := exec.LookPath("python3"); err != nil {
 		t.Fatalf("python3 is required for the Python client's tests: %v", err)
@@ -35,7 +36,8 @@ func TestPythonClient(t *testing.T) {
 // printed against a coordinator with its defaults but the address, commits checkpoints,
 // and stops on SIGINT with exit status 0.
 func TestPythonExample(t *testing.T) {
-	t.Parallel()
+	// Not parallel: the clients' suites load both cores, and the package's tests with
+	// one-second bounds (revocation, expiry) run in parallel after the serial ones.
 	coord := harness.StartCoordinator(t, pgtest.URL(t)) // first: under -short it skips the test
 	if _, err := exec.LookPath("python3"); err != nil {
 		t.Fatalf("python3 is required for the Python example: %v", err)
@@ -107,7 +109,8 @@ func (o *lockedOutput) String() string {
 // into a virtual environment that sees the system's packages) and imports by name from
 // outside the source tree, its py.typed marker included.
 func TestPythonPackageInstalls(t *testing.T) {
-	t.Parallel()
+	// Not parallel: the clients' suites load both cores, and the package's tests with
+	// one-second bounds (revocation, expiry) run in parallel after the serial ones.
 	if testing.Short() {
 		t.Skip("installs a package")
 	}
@@ -144,7 +147,8 @@ func TestPythonPackageInstalls(t *testing.T) {
 // The package keeps to Python 3.9: its tests run on the oldest Python found (3.9 where
 // pyenv or the system has one), and every file parses with the 3.9 grammar.
 func TestPythonClientOnTheOldestPython(t *testing.T) {
-	t.Parallel()
+	// Not parallel: the clients' suites load both cores, and the package's tests with
+	// one-second bounds (revocation, expiry) run in parallel after the serial ones.
 	f := startClientFixture(t) // first: under -short it skips the test
 	files, _ := filepath.Glob("../clients/python/twophase/*.py")
 	tests, _ := filepath.Glob("../clients/python/tests/*.py")

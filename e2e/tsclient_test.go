@@ -19,7 +19,8 @@ func typescriptPackage(t *testing.T) string { return harness.TypeScriptClient(t)
 // problem code as its error class, retries through a coordinator's SIGKILL, a lost answer
 // to openCheckpoint, TLS with a client certificate, tokens, and its Runner through restarts.
 func TestTypeScriptClient(t *testing.T) {
-	t.Parallel()
+	// Not parallel: the clients' suites load both cores, and the package's tests with
+	// one-second bounds (revocation, expiry) run in parallel after the serial ones.
 	f := startClientFixture(t) // first: under -short it skips the test
 	dir := typescriptPackage(t)
 	out := runClientTests(t, f, dir, regexp.MustCompile(`(?m)^# pass (\d+)`), 15, "node", "--test", "--test-concurrency=1", "test/")
@@ -30,7 +31,8 @@ func TestTypeScriptClient(t *testing.T) {
 // as printed against a coordinator with its defaults but the address, commits checkpoints,
 // and stops on SIGINT with exit status 0.
 func TestTypeScriptExample(t *testing.T) {
-	t.Parallel()
+	// Not parallel: the clients' suites load both cores, and the package's tests with
+	// one-second bounds (revocation, expiry) run in parallel after the serial ones.
 	coord := harness.StartCoordinator(t, pgtest.URL(t)) // first: under -short it skips the test
 	dir := typescriptPackage(t)
 	cmd := exec.Command("node", "examples/participant.mjs")
@@ -42,7 +44,8 @@ func TestTypeScriptExample(t *testing.T) {
 // npm pack gives a tarball that installs into a fresh project (its dependencies from the
 // registry or npm's cache, nothing built at install) and imports by name, with its types.
 func TestTypeScriptPackageInstalls(t *testing.T) {
-	t.Parallel()
+	// Not parallel: the clients' suites load both cores, and the package's tests with
+	// one-second bounds (revocation, expiry) run in parallel after the serial ones.
 	if testing.Short() {
 		t.Skip("packs and installs a package")
 	}

@@ -52,6 +52,8 @@ func (a *checkpointAnswer) decodeAnswer(text []byte) error {
 		switch name {
 		case "abort_reason":
 			return json.Unmarshal(value, &a.AbortReason)
+		case "votes":
+			return json.Unmarshal(value, &a.Votes)
 		case "participants":
 			if string(value) == "null" {
 				return nil

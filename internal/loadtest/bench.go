@@ -32,9 +32,12 @@ import (
 
 // benchConfig is every setting of "coordinator bench".
 type benchConfig struct {
-	url               string
-	token             string // sent as a bearer token with every request
-	full              bool   // full answers to votes and acks, not minimal ones
+	url   string
+	token string // sent as a bearer token with every request
+	full  bool   // full answers to votes and acks, not minimal ones
+	// minimalWaiter has the decision waiter ask for the minimal view (the counts), as a
+	// client that only needs the outcome does, instead of the full one.
+	minimalWaiter     bool
 	jobs              int
 	participants      int
 	committablesBytes int
@@ -90,6 +93,10 @@ func defineBench(cfg *benchConfig) *cli.Settings {
 	fs.BoolVar(&cfg.full, "full", false, "ask for full answers to votes and acks (every participant's entry), as curl gets them, instead of "+
 		"minimal ones (Prefer: return=minimal: the voter's entry and the counts), as the client libraries ask")
 	flagOnly("full")
+	fs.BoolVar(&cfg.minimalWaiter, "minimal-waiter", false, "the decision waiter asks for the minimal view (Prefer: return=minimal, no participant: "+
+		"status and counts of votes and acks), as a client that needs only the outcome does, instead of the full view with every "+
+		"participant's committables; the checks then read the counts, and committables are not compared")
+	flagOnly("minimal-waiter")
 	fs.IntVar(&cfg.jobs, "jobs", 16, "`number` of jobs driven concurrently, each running its rounds one after the other")
 	flagOnly("jobs")
 	fs.IntVar(&cfg.jobs, "concurrency", 16, "the same as --jobs (`number`)")
@@ -264,8 +271,8 @@ Usage:
 Each job runs rounds one after the other: prepare (POST .../checkpoints), the votes of its
 participants in parallel while a waiter long-polls the checkpoint (GET ...?wait_ms=), then the
 acks in parallel. Every answer is checked: ids one after the other, the decision commit seen by
-the waiter only after the last vote was sent, committables returned as sent, the checkpoint
-committed by the acks. A round that is not decided as expected fails the run, whatever
+the waiter only after the last vote was sent, committables returned as sent (with
+--minimal-waiter: every vote counted as prepared), the checkpoint committed by the acks. A round that is not decided as expected fails the run, whatever
 --allow-errors says. The report names the coordinator's build and store, as its
 GET /v1/info tells them (a coordinator without it is warned of, and reported as unknown).
 
@@ -361,6 +368,7 @@ func runBench(ctx context.Context, cfg benchConfig, progress io.Writer) (*benchR
 	client := newBenchClient(cfg.url)
 	client.authorization = bearer(cfg.token)
 	client.minimal = !cfg.full
+	client.minimalWait = cfg.minimalWaiter
 	if cfg.http2 {
 		client.speakHTTP2()
 	}

@@ -227,6 +227,24 @@ func (f *fakeCoordinator) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 				time.Sleep(time.Millisecond)
 				f.mu.Lock()
 			}
+			if r.Header.Get("Prefer") == "return=minimal" {
+				// The minimal view: the counts, no entry.
+				prepared := 2
+				if f.bug == "counts a vote short" {
+					prepared = 1
+				}
+				if f.status[key] == "preparing" {
+					prepared = f.votes[key]
+				}
+				answer(http.StatusOK, map[string]any{"id": id, "status": f.status[key], "participants": []any{},
+					"votes": map[string]int{"prepared": prepared, "abort": 0, "missing": 2 - prepared}})
+				return
+			}
+			if f.bug == "counts a vote short" {
+				t := "the waiter asked for the full view"
+				http.Error(w, t, http.StatusBadRequest)
+				return
+			}
 			committables := json.RawMessage(committablesJSON(64))
 			answer(http.StatusOK, map[string]any{"id": id, "status": f.status[key], "participants": []any{
 				map[string]any{"name": "p-0", "vote": "prepared", "committables": committables},
@@ -260,6 +278,9 @@ func TestBenchFailsOnWrongAnswers(t *testing.T) {
 		{"never decides", "not_decided"},
 		{"skips an id", "id_not_next"},
 		{"never committed", "not_committed"},
+		// With --minimal-waiter: the waiter must ask for the minimal view (the fake refuses
+		// the full one) and read the counts.
+		{"counts a vote short", "vote_missing"},
 	} {
 		name := strings.ReplaceAll(tc.bug, " ", "_")
 		if name == "" {
@@ -269,8 +290,12 @@ func TestBenchFailsOnWrongAnswers(t *testing.T) {
 			t.Parallel()
 			srv := httptest.NewServer(newFakeCoordinator(tc.bug))
 			defer srv.Close()
-			code, rep, progress := benchJSON(t, "--url", srv.URL, "--jobs", "2", "--participants", "2", "--duration", "500ms",
-				"--warmup", "0s", "--round-timeout", "300ms", "--wait", "100ms", "--allow-errors", "--job-prefix", "fake")
+			args := []string{"--url", srv.URL, "--jobs", "2", "--participants", "2", "--duration", "500ms",
+				"--warmup", "0s", "--round-timeout", "300ms", "--wait", "100ms", "--allow-errors", "--job-prefix", "fake"}
+			if tc.bug == "counts a vote short" {
+				args = append(args, "--minimal-waiter")
+			}
+			code, rep, progress := benchJSON(t, args...)
 			if tc.bug == "" {
 				if code != cli.ExitOK || !rep.OK || rep.Rounds == 0 {
 					t.Fatalf("against a correct fake: exit %d, %d rounds, verdict %q, checks %v; progress:\n%s", code, rep.Rounds, rep.Verdict, rep.CheckExamples, progress)
@@ -334,6 +359,22 @@ func TestCommittablesJSONSize(t *testing.T) {
 	a, b := randomCommittablesJSON(16<<10), randomCommittablesJSON(16<<10)
 	if bytes.Equal(a[2:66], b[2:66]) || bytes.Count(a, a[2:10]) != 1 {
 		t.Errorf("random committables repeat: %.80s", a)
+	}
+}
+
+// TestBenchMinimalWaiter runs the bench with --minimal-waiter and 16 KiB committables
+// against a real coordinator: the waiter's minimal views carry the counts, and every round
+// passes its checks.
+func TestBenchMinimalWaiter(t *testing.T) {
+	t.Parallel()
+	base, logs := startCoordinator(t, pgtest.URL(t))
+	code, rep, progress := benchJSON(t, "--url", base, "--minimal-waiter", "--jobs", "2", "--committables-bytes", "16384",
+		"--duration", "1s", "--warmup", "200ms")
+	if code != cli.ExitOK || !rep.OK {
+		t.Fatalf("bench exited %d, verdict %q; progress:\n%s\ncoordinator log:\n%s", code, rep.Verdict, progress, logs.String())
+	}
+	if rep.Rounds == 0 || rep.FailedRounds != 0 || len(rep.CheckFailures) != 0 {
+		t.Errorf("report: %d rounds, %d failed, check failures %v", rep.Rounds, rep.FailedRounds, rep.CheckFailures)
 	}
 }
 

@@ -14,6 +14,7 @@ import (
 	"net/url"
 	"os"
 	"strconv"
+	"strings"
 	"sync"
 	"syscall"
 	"time"
@@ -36,8 +37,11 @@ type benchClient struct {
 	// minimal asks votes and acks (the PUT requests) for minimal answers (Prefer:
 	// return=minimal), as the client libraries do.
 	minimal bool
-	tls     *tls.Config
-	dialer  net.Dialer
+	// minimalWait asks the decision waiter's long-polls (GET ...?wait_ms=) for the
+	// minimal view too: the status and the counts, no participant's entry.
+	minimalWait bool
+	tls         *tls.Config
+	dialer      net.Dialer
 
 	// h2, when set, carries every request instead (--http2): net/http's HTTP/2 client,
 	// whose streams share a few connections, with prior knowledge over http:// (h2c).
@@ -45,6 +49,18 @@ type benchClient struct {
 
 	mu   sync.Mutex
 	idle []*benchConn
+}
+
+// prefersMinimal reports whether a request asks for a minimal answer: votes and acks (the
+// PUT requests) with minimal, the waiter's long-polls with minimalWait.
+func (c *benchClient) prefersMinimal(method, path string) bool {
+	switch method {
+	case http.MethodPut:
+		return c.minimal
+	case http.MethodGet:
+		return c.minimalWait && strings.Contains(path, "?wait_ms=")
+	}
+	return false
 }
 
 // speakHTTP2 makes c send its requests over HTTP/2 (h2c with prior knowledge to an http://
@@ -83,7 +99,7 @@ func (c *benchClient) exchangeHTTP2(ctx context.Context, method, path string, bo
 	if c.authorization != "" {
 		req.Header.Set("Authorization", c.authorization)
 	}
-	if c.minimal && method == http.MethodPut {
+	if c.prefersMinimal(method, path) {
 		req.Header.Set("Prefer", "return=minimal")
 	}
 	if body != nil {
@@ -275,7 +291,7 @@ func (c *benchClient) exchange(ctx context.Context, method, path string, body []
 		w.WriteString(c.authorization)
 		w.WriteString("\r\n")
 	}
-	if c.minimal && method == http.MethodPut {
+	if c.prefersMinimal(method, path) {
 		w.WriteString("Prefer: return=minimal\r\n")
 	}
 	if body != nil {

@@ -180,8 +180,8 @@ var problemTable = []problemKind{
 		when: "The token is valid but does not allow the request: the `detail` names the scope that would " +
 			"(and, for a participant token, the participant it acts as). The answer is the same whether " +
 			"the job exists or not, and it changed nothing. Or the request came from a web browser, for a " +
-			"page the coordinator does not serve: it carries an `Origin` that is not one of " +
-			"`--allowed-origins` (`null` never is), or `Sec-Fetch-Site: cross-site` and no `Origin`. That " +
+			"page the coordinator does not serve: it carries an `Origin` that is neither the coordinator's " +
+			"own (its console's) nor one of `--allowed-origins` (`null` never is), or `Sec-Fetch-Site: cross-site` and no `Origin`. That " +
 			"is checked first, whatever the method and the path, and changes nothing either.",
 		retry: "No, not with this token, nor from this page.",
 		action: "Use a token with the scope the `detail` names on this job (`GET /v1/tokens/{name}` shows " +

@@ -109,13 +109,13 @@ func probe(r *http.Request) bool {
 }
 
 // checkBrowser refuses a request that a web browser sends on behalf of a page the
-// coordinator does not trust: one with an Origin that is not in origins ("null", the
-// origin of sandboxed pages and local files, never is), and one with Sec-Fetch-Site:
-// cross-site without an allowed Origin.
+// coordinator does not trust: one with an Origin that is neither in origins ("null", the
+// origin of sandboxed pages and local files, never is) nor the coordinator's own origin,
+// and one with Sec-Fetch-Site: cross-site without an allowed Origin.
 func checkBrowser(r *http.Request, origins map[string]bool) error {
 	values := r.Header.Values("Origin")
 	for _, origin := range values {
-		if !origins[normalizeOrigin(origin)] {
+		if o := normalizeOrigin(origin); !origins[o] && o != ownOrigin(r) {
 			return &requestError{code: string(coordinator.CodeForbidden), detail: fmt.Sprintf(
 				"requests from web pages are refused unless their origin is allowed (--allowed-origins), "+
 					"and the Origin %s is not; the request changed nothing", quoteClipped(origin))}
@@ -126,6 +126,21 @@ func checkBrowser(r *http.Request, origins map[string]bool) error {
 			"other sites are refused (Sec-Fetch-Site: cross-site, and no allowed Origin); the request changed nothing"}
 	}
 	return nil
+}
+
+// ownOrigin is the origin of the pages the coordinator serves itself (the console), as a
+// browser names it in the requests they send: the scheme the request came over, and its
+// Host. A page of another host that the attacker's name resolves to the coordinator's
+// address (DNS rebinding) has an Origin of that name, which is its own Host too: the Host
+// check refuses it (421), unless --allowed-hosts is * and a proxy checks the Host instead.
+// Behind a proxy that terminates TLS the scheme differs (the page is https, the request
+// plain http): such a deployment lists its https origin in --allowed-origins.
+func ownOrigin(r *http.Request) string {
+	scheme := "http"
+	if r.TLS != nil {
+		scheme = "https"
+	}
+	return normalizeOrigin(scheme + "://" + r.Host)
 }
 
 // hostName is the host of a Host header or of an entry of Options.AllowedHosts, as they

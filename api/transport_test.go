@@ -115,7 +115,8 @@ func testBrowsersRefused(t *testing.T) {
 		{"Origin null", []string{"Origin", "null"}},
 		{"Sec-Fetch-Site cross-site", []string{"Sec-Fetch-Site", "cross-site"}},
 		{"a foreign Origin of the same site", []string{"Origin", "https://evil.example", "Sec-Fetch-Site", "same-site"}},
-		{"the coordinator's own origin, not allowed", []string{"Origin", b.url, "Sec-Fetch-Site", "same-origin"}},
+		{"the coordinator's own host over https", []string{"Origin", strings.Replace(b.url, "http://", "https://", 1), "Sec-Fetch-Site", "same-site"}},
+		{"the coordinator's own host on another port", []string{"Origin", b.url + "1", "Sec-Fetch-Site", "same-site"}},
 		{"the allowed origin on another port", []string{"Origin", "https://dashboard.example:8443"}},
 		{"the allowed origin's host over http", []string{"Origin", "http://dashboard.example"}},
 		{"an empty Origin", []string{"Origin", ""}},
@@ -156,6 +157,9 @@ func testBrowsersRefused(t *testing.T) {
 		{"Sec-Fetch-Site", "same-origin"},
 		{"Sec-Fetch-Site", "same-site"},
 		{"Sec-Fetch-Site", "none"},
+		// The coordinator's own pages (the console): their Origin is its own.
+		{"Origin", b.url, "Sec-Fetch-Site", "same-origin"},
+		{"Origin", strings.ToUpper(b.url) + "/"},
 	} {
 		b.call(t, "POST", "/v1/jobs/j/participants/a/register", "", "", header...).ok(t, 200, &reg)
 		if want := int64(i + 2); reg.Epoch != want {
@@ -191,6 +195,12 @@ func testHostsRefused(t *testing.T) {
 				t.Errorf("Host %s, %s %s: detail %v", host, r.method, r.path, p.Detail)
 			}
 		}
+	}
+	// A page of a name that resolves to the coordinator (DNS rebinding) sends its own
+	// origin, which matches its Host: the Host check still refuses it.
+	for _, host := range []string{"evil.example:8080", "evil.example"} {
+		b.callHost(t, host, "POST", "/v1/jobs/j/checkpoints/1/abort", "", "", "Origin", "http://"+host, "Sec-Fetch-Site", "same-origin").
+			problem(t, 421, "misdirected_request")
 	}
 	if after := b.state(t, "j"); after != before {
 		t.Fatalf("refused requests changed the job or its checkpoint:\n%s\n%s", before, after)

@@ -13,6 +13,8 @@ import (
 type Broker struct {
 	mu      sync.Mutex
 	waiters map[string]map[*Subscription]struct{}
+	// everything are the waiters of any change of any job (SubscribeEverything).
+	everything map[*Subscription]struct{}
 }
 
 // Subscription is one waiter on a checkpoint's decision.
@@ -102,6 +104,24 @@ func (b *Broker) Subscribe(job string, id int64) *Subscription {
 	return sub
 }
 
+// SubscribeEverything returns a subscription woken by the next wake-up of any waiter of any
+// job, handed what that wake-up hands (Decided, Changed): what the event streams follow.
+func (b *Broker) SubscribeEverything() *Subscription {
+	sub := &Subscription{done: make(chan struct{})}
+	b.mu.Lock()
+	if b.everything == nil {
+		b.everything = make(map[*Subscription]struct{})
+	}
+	b.everything[sub] = struct{}{}
+	b.mu.Unlock()
+	sub.cancel = func() {
+		b.mu.Lock()
+		defer b.mu.Unlock()
+		delete(b.everything, sub)
+	}
+	return sub
+}
+
 // Publish wakes every waiter of cp with cp as it was committed: a store calls it once the
 // transaction that saved cp's decision has committed, and must not change cp after.
 func (b *Broker) Publish(cp *Checkpoint) {
@@ -145,6 +165,11 @@ func (b *Broker) wake(key string, cp *Checkpoint) { b.wakeWith(key, cp, nil) }
 func (b *Broker) wakeWith(key string, cp *Checkpoint, c *Changed) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
+	for sub := range b.everything {
+		sub.cp, sub.change = cp, c
+		close(sub.done)
+		delete(b.everything, sub)
+	}
 	if len(b.waiters[key]) == 0 {
 		return
 	}
@@ -165,6 +190,10 @@ func (b *Broker) NotifyAll() {
 		}
 	}
 	b.waiters = nil
+	for sub := range b.everything {
+		close(sub.done)
+	}
+	b.everything = nil
 }
 
 // BrokerKey is the announcement payload naming a checkpoint: "job/id".

@@ -114,7 +114,7 @@ func TestMigrationKeepsRollbacksOwed(t *testing.T) {
 	}
 	defer conn.Close(context.Background())
 	var downs []string
-	for _, name := range []string{"000012_participant_registered_at", "000011_last_checkpoint_kept", "000010_owed_rollback_on_checkpoint"} {
+	for _, name := range []string{"000013_checkpoint_events", "000012_participant_registered_at", "000011_last_checkpoint_kept", "000010_owed_rollback_on_checkpoint"} {
 		down, err := fs.ReadFile(migrations.Postgres, "postgres/"+name+".down.sql")
 		if err != nil {
 			t.Fatal(err)
@@ -122,7 +122,7 @@ func TestMigrationKeepsRollbacksOwed(t *testing.T) {
 		downs = append(downs, string(down))
 	}
 	for _, stmt := range []string{
-		downs[0], downs[1], downs[2],
+		downs[0], downs[1], downs[2], downs[3],
 		"UPDATE schema_migrations SET version = 9, dirty = false",
 		`INSERT INTO jobs (name, participants, checkpoint_timeout_ms, max_concurrent_checkpoints, auto_commit, created_at, updated_at, seq)
 		 VALUES ('j', '{pa,pb}', 60000, 1, true, now(), now(), 3)`,

@@ -235,8 +235,13 @@ const insertCheckpointSQL = `
 			INSERT INTO checkpoint_participants (job, checkpoint_id, position, participant)
 			SELECT $1, $2, n.ord, n.name FROM unnest($10::text[]) WITH ORDINALITY AS n(name, ord)),
 		j AS (
-			UPDATE jobs SET seq = $2 WHERE name = $1 AND seq < $2)
+			UPDATE jobs SET seq = $2 WHERE name = $1 AND seq < $2),
+		e AS (
+			INSERT INTO checkpoint_events (job, checkpoint, rank, status, at) VALUES ($1, $2, ` + rankSQL + `, $3, $5))
 		SELECT seq FROM c`
+
+// rankSQL is coordinator.StatusRank of the status $3, as SQL.
+const rankSQL = "CASE $3 WHEN 'preparing' THEN 1 WHEN 'committed' THEN 3 ELSE 2 END"
 
 // idempotencyKeySQL reads what Idempotency-Key $2 of job $1 opened.
 const idempotencyKeySQL = "SELECT fingerprint, checkpoint_id FROM idempotency_keys WHERE job = $1 AND key = $2"
@@ -325,11 +330,15 @@ func (r *participantRow) state() coordinator.ParticipantState {
 	return p
 }
 
-// saveStatusSQL saves checkpoint $2 of job $1's status and decision ($3-$8) and announces it
-// to other processes with payload $9.
+// saveStatusSQL saves checkpoint $2 of job $1's status and decision ($3-$8), records the
+// status change for the event streams (at its completion, else its decision), and announces
+// it to other processes with payload $9.
 const saveStatusSQL = `WITH u AS (
 		UPDATE checkpoints SET status = $3, decided_at = $4, completed_at = $5, abort_reason = $6, decided_by = $7, decision_cause = $8
-		WHERE job = $1 AND id = $2) SELECT pg_notify('` + channel + `', $9)`
+		WHERE job = $1 AND id = $2),
+	e AS (
+		INSERT INTO checkpoint_events (job, checkpoint, rank, status, at) VALUES ($1, $2, ` + rankSQL + `, $3, coalesce($5, $4)))
+	SELECT pg_notify('` + channel + `', $9)`
 
 // saveStatusWithSQL is saveStatusSQL in one statement with the participant write that caused
 // it (write, with n parameters, the first two the job and the checkpoint): the status and
@@ -369,8 +378,11 @@ func buildSaveStatusWithSQL(write string, n int) string {
 	status := `UPDATE checkpoints SET status = $` + fmt.Sprint(n+1) + `, decided_at = $` + fmt.Sprint(n+2) +
 		`, completed_at = $` + fmt.Sprint(n+3) + `, abort_reason = $` + fmt.Sprint(n+4) + `, decided_by = $` + fmt.Sprint(n+5) +
 		`, decision_cause = $` + fmt.Sprint(n+6) + ` WHERE job = $1 AND id = $2`
+	st, decided, completed := fmt.Sprint(n+1), fmt.Sprint(n+2), fmt.Sprint(n+3)
+	event := `INSERT INTO checkpoint_events (job, checkpoint, rank, status, at) VALUES ($1, $2, ` +
+		strings.ReplaceAll(rankSQL, "$3", "$"+st) + `, $` + st + `, coalesce($` + completed + `, $` + decided + `))`
 	return `
-			WITH w AS (` + write + `), u AS (` + status + `)
+			WITH w AS (` + write + `), u AS (` + status + `), e AS (` + event + `)
 			SELECT pg_notify('` + channel + `', $` + fmt.Sprint(n+7) + `)`
 }
 

@@ -199,6 +199,9 @@ func (t *jobTx) insertCheckpoint(ctx context.Context, cp *coordinator.Checkpoint
 	if err != nil {
 		return fmt.Errorf("insert checkpoint %d: %w", cp.ID, err)
 	}
+	if _, err := t.tx.ExecContext(ctx, insertEventSQL, t.job.Name, cp.ID, coordinator.StatusRank(cp.Status), string(cp.Status), cp.CreatedAt.UnixMicro()); err != nil {
+		return fmt.Errorf("record the opening of checkpoint %d: %w", cp.ID, err)
+	}
 	names := make([]string, len(cp.Participants))
 	for i, p := range cp.Participants {
 		names[i] = p.Name
@@ -249,6 +252,15 @@ func (t *jobTx) saveStatus(ctx context.Context, cp *coordinator.Checkpoint) erro
 		nullable(string(cp.DecisionCause)))
 	if err != nil {
 		return fmt.Errorf("save status of %d: %w", cp.ID, err)
+	}
+	at := cp.CreatedAt
+	if cp.CompletedAt != nil {
+		at = *cp.CompletedAt
+	} else if cp.DecidedAt != nil {
+		at = *cp.DecidedAt
+	}
+	if _, err := t.tx.ExecContext(ctx, insertEventSQL, cp.Job, cp.ID, coordinator.StatusRank(cp.Status), string(cp.Status), at.UnixMicro()); err != nil {
+		return fmt.Errorf("record the status change of %d: %w", cp.ID, err)
 	}
 	t.decided = append(t.decided, cp.Clone())
 	return nil

@@ -43,6 +43,7 @@ func runContract(t *testing.T, o opener) {
 		{"ExpiredJobs", testExpiredJobs},
 		{"ListCheckpoints/PerJob", testListCheckpointsPerJob},
 		{"Participants/AtAGlance", testParticipantsAtAGlance},
+		{"Events/InOrder", testEventsInOrder},
 		{"ListCheckpoints/Global", testListCheckpointsGlobal},
 		{"Subscribe/WokenByCommittedDecision", testSubscribeWoken},
 		{"Subscribe/WokenByDecisionInRejectedUpdate", testSubscribeWokenOnRejection},

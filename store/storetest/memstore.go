@@ -45,6 +45,11 @@ type memState struct {
 	idem       map[string]map[string]coordinator.IdempotencyRecord
 	global     int64
 	audit      []coordinator.AuditEntry
+	// events are the status changes, in order; eventTx numbers the transactions that made
+	// them; horizon is the last one PruneEvents deleted.
+	events  []coordinator.StatusEvent
+	eventTx int64
+	horizon *coordinator.EventPosition
 }
 
 var _ coordinator.Store = (*memStore)(nil)
@@ -82,6 +87,9 @@ func (s *memState) clone() *memState {
 		idem:        map[string]map[string]coordinator.IdempotencyRecord{},
 		global:      s.global,
 		audit:       slices.Clone(s.audit),
+		events:      slices.Clone(s.events),
+		eventTx:     s.eventTx,
+		horizon:     s.horizon,
 	}
 	for k, j := range s.jobs {
 		c := *j
@@ -149,6 +157,7 @@ type memTx struct {
 	now      time.Time
 	readOnly bool
 	decided  []*coordinator.Checkpoint
+	eventTx  int64 // the number of the transaction's status changes, 0 until it has one
 	// announced: a checkpoint opened, an epoch changed or the job deleted; the job's
 	// waiters are told once applied.
 	announced bool
@@ -390,6 +399,46 @@ func (tx *memTx) Idempotency(ctx context.Context, key string) (coordinator.Idemp
 
 // Apply writes what the rules decided with coordinator.Mutation.Apply, as the real stores'
 // caches do; what a real store writes in SQL must read back the same.
+// recordEvents records m's status changes, all with the transaction's number, in the order
+// of the stores: by checkpoint, then rank.
+func (tx *memTx) recordEvents(m *coordinator.Mutation) {
+	var add []coordinator.StatusEvent
+	if m.Opened != nil {
+		add = append(add, coordinator.StatusEvent{Status: m.Opened.Status, At: m.Opened.CreatedAt,
+			EventPosition: coordinator.EventPosition{Job: tx.name, Checkpoint: m.Opened.ID, Rank: coordinator.StatusRank(m.Opened.Status)}})
+	}
+	for _, cp := range m.Statuses {
+		at := cp.CreatedAt
+		if cp.CompletedAt != nil {
+			at = *cp.CompletedAt
+		} else if cp.DecidedAt != nil {
+			at = *cp.DecidedAt
+		}
+		add = append(add, coordinator.StatusEvent{Status: cp.Status, At: at,
+			EventPosition: coordinator.EventPosition{Job: tx.name, Checkpoint: cp.ID, Rank: coordinator.StatusRank(cp.Status)}})
+	}
+	if len(add) == 0 {
+		return
+	}
+	if tx.eventTx == 0 {
+		tx.state.eventTx++
+		tx.eventTx = tx.state.eventTx
+	}
+	for i := range add {
+		add[i].Tx = tx.eventTx
+	}
+	tx.state.events = append(tx.state.events, add...)
+	slices.SortStableFunc(tx.state.events, func(a, b coordinator.StatusEvent) int {
+		switch {
+		case a.EventPosition.Less(b.EventPosition):
+			return -1
+		case b.EventPosition.Less(a.EventPosition):
+			return 1
+		}
+		return 0
+	})
+}
+
 func (tx *memTx) Apply(ctx context.Context, m *coordinator.Mutation) error {
 	if tx.readOnly {
 		return errReadOnly
@@ -426,6 +475,7 @@ func (tx *memTx) Apply(ctx context.Context, m *coordinator.Mutation) error {
 	for _, cp := range m.Statuses {
 		tx.decided = append(tx.decided, cp.Clone())
 	}
+	tx.recordEvents(m)
 	tx.announced = tx.announced || m.Opened != nil || len(m.Epochs) > 0 || m.JobDeleted
 	if m.JobDeleted {
 		delete(tx.state.jobs, tx.name)
@@ -632,3 +682,47 @@ func (s *memStore) expired(job string) []*coordinator.Checkpoint {
 	slices.SortFunc(expired, func(a, b *coordinator.Checkpoint) int { return a.CompletedAt.Compare(*b.CompletedAt) })
 	return expired
 }
+
+var _ coordinator.EventStore = (*memStore)(nil)
+
+func (s *memStore) Events(ctx context.Context, job string, after coordinator.EventPosition, limit int) (coordinator.EventPage, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var page coordinator.EventPage
+	if job != "" {
+		after.Job = job
+	}
+	for _, e := range s.state.events {
+		if len(page.Events) == limit {
+			break
+		}
+		if (job == "" || e.Job == job) && after.Less(e.EventPosition) {
+			page.Events = append(page.Events, e)
+		}
+	}
+	page.Reset = s.state.horizon != nil && after.Less(*s.state.horizon)
+	return page, nil
+}
+
+func (s *memStore) EventHead(ctx context.Context) (coordinator.EventPosition, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return coordinator.EventPosition{Tx: s.state.eventTx + 1}, nil
+}
+
+func (s *memStore) PruneEvents(ctx context.Context, cutoff time.Time, limit int) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	n := 0
+	for n < len(s.state.events) && n < limit && s.state.events[n].At.Before(cutoff) {
+		n++
+	}
+	if n > 0 {
+		last := s.state.events[n-1].EventPosition
+		s.state.horizon = &last
+		s.state.events = slices.Clone(s.state.events[n:])
+	}
+	return n, nil
+}
+
+func (s *memStore) SubscribeEverything() *coordinator.Subscription { return s.broker.SubscribeEverything() }

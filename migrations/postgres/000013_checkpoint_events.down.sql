@@ -1,0 +1,2 @@
+DROP TABLE checkpoint_events_horizon;
+DROP TABLE checkpoint_events;

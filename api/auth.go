@@ -76,12 +76,14 @@ var routeAccess = map[string]access{
 	"POST /v1/jobs/{job}/checkpoints/{id}/abort":              accessAbort,
 	"PUT /v1/jobs/{job}/checkpoints/{id}/acks/{participant}":  accessAsParticipant,
 	"POST /v1/jobs/{job}/checkpoints/{id}/complete":           accessOperate,
-	"GET /v1/audit":            accessAudit,
-	"GET /metrics":             accessMetrics,
-	"POST /v1/tokens":          accessAdmin,
-	"GET /v1/tokens":           accessAdmin,
-	"GET /v1/tokens/{name}":    accessAdmin,
-	"DELETE /v1/tokens/{name}": accessAdmin,
+	"GET /v1/jobs/{job}/events":                               accessRead,
+	"GET /v1/events":                                          accessReach,
+	"GET /v1/audit":                                           accessAudit,
+	"GET /metrics":                                            accessMetrics,
+	"POST /v1/tokens":                                         accessAdmin,
+	"GET /v1/tokens":                                          accessAdmin,
+	"GET /v1/tokens/{name}":                                   accessAdmin,
+	"DELETE /v1/tokens/{name}":                                accessAdmin,
 }
 
 // publicPaths are the paths that need no token, so that probes work before routing.
@@ -157,7 +159,7 @@ func authenticate(auth *coordinator.Authenticator, w http.ResponseWriter, r *htt
 	}
 	ctx := context.WithValue(r.Context(), principalKey{}, p)
 	ctx = coordinator.WithActor(ctx, p.Name())
-	if longPoll(r) > 0 {
+	if longPoll(r) > 0 || isStream(r) {
 		var cancel context.CancelCauseFunc
 		ctx, cancel = context.WithCancelCause(ctx)
 		stop := context.AfterFunc(p.Context(), func() { cancel(errTokenRevoked) })

@@ -82,7 +82,7 @@ type Options struct {
 // request, the strict input check, and problem+json answers for every error, including
 // unknown routes, wrong methods, bad parameters and panics.
 func NewHandler(svc *coordinator.Service, opts Options) http.Handler {
-	srv := &server{svc: svc, build: opts.Build, metrics: opts.Metrics}
+	srv := &server{svc: svc, build: opts.Build, metrics: opts.Metrics, hub: coordinator.NewEventHub(svc, encodeCheckpoint)}
 	if opts.Park != nil {
 		logger := opts.Logger
 		if logger == nil {
@@ -317,7 +317,7 @@ func withRequestContext(w http.ResponseWriter, r *http.Request, rctx *chi.Contex
 		ctx = context.WithValue(ctx, chi.RouteCtxKey, rctx)
 	}
 	cancel = func() {}
-	if timeout > 0 {
+	if timeout > 0 && !isStream(r) {
 		ctx, cancel = context.WithTimeout(ctx, timeout+longPoll(r))
 	}
 	return r.WithContext(ctx), cancel

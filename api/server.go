@@ -26,8 +26,9 @@ type server struct {
 	build        *BuildInfo          // for GET /v1/info; nil: not known
 	tokens       *coordinator.Tokens // for /v1/tokens; nil: authentication is off
 	auth         *coordinator.Authenticator
-	metrics      *metrics.Metrics // for /metrics; nil: not served
-	park         *parking         // nil: long-polls are not parked
+	metrics      *metrics.Metrics      // for /metrics; nil: not served
+	park         *parking              // nil: long-polls are not parked
+	hub          *coordinator.EventHub // the event streams; nil when the store records no events
 }
 
 var _ StrictServerInterface = (*server)(nil)
@@ -311,6 +312,7 @@ func (s *server) PutVote(ctx context.Context, req PutVoteRequestObject) (PutVote
 	if err != nil {
 		return nil, err
 	}
+	s.hub.Note(cp)
 	return callerAnswer(cp, req.Params.Prefer, req.Participant), nil
 }
 
@@ -335,6 +337,7 @@ func (s *server) CompleteCheckpoint(ctx context.Context, req CompleteCheckpointR
 	if err != nil {
 		return nil, err
 	}
+	s.hub.Note(cp)
 	return jsonResponse{status: http.StatusOK, checkpoint: cp}, nil
 }
 
@@ -398,6 +401,7 @@ func (s *server) PutAck(ctx context.Context, req PutAckRequestObject) (PutAckRes
 	if err != nil {
 		return nil, err
 	}
+	s.hub.Note(cp)
 	return callerAnswer(cp, req.Params.Prefer, req.Participant), nil
 }
 

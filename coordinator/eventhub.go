@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -31,6 +32,11 @@ type EventHub struct {
 	base    EventPosition // the position before ring[0]: what the ring holds comes after it
 	pos     EventPosition
 	started bool // pos is known
+	// last is the status each open checkpoint was last shown with (a vote or an ack is
+	// shown only with the status the streams showed last: else the status change, still to
+	// be read, shows it). active counts the streams, for Note to read without the lock.
+	last   map[CheckpointKey]Status
+	active atomic.Int64
 	// changed is closed (and replaced) when events are added or the reader fails.
 	changed chan struct{}
 	err     error // the reader's last failure, nil once it read again
@@ -91,6 +97,7 @@ func (h *EventHub) join(ctx context.Context) (EventPosition, uint64, error) {
 				return EventPosition{}, 0, err
 			}
 			h.first += uint64(len(h.ring)) + 1 // streams of the reader before are behind
+			h.last = map[CheckpointKey]Status{}
 			h.ring, h.bytes, h.base, h.pos, h.started, h.err = nil, 0, head, head, true, nil
 			rctx, cancel := context.WithCancel(context.Background())
 			h.cancel, h.stopped = cancel, make(chan struct{})
@@ -98,6 +105,7 @@ func (h *EventHub) join(ctx context.Context) (EventPosition, uint64, error) {
 		}
 	}
 	h.streams++
+	h.active.Add(1)
 	return h.pos, h.first + uint64(len(h.ring)), nil
 }
 
@@ -106,6 +114,7 @@ func (h *EventHub) leave() {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	h.streams--
+	h.active.Add(-1)
 	if h.streams == 0 && h.cancel != nil {
 		h.cancel()
 		h.cancel = nil
@@ -143,13 +152,8 @@ func (h *EventHub) firstAfter(pos EventPosition) (uint64, bool) {
 	return h.first + uint64(len(h.ring)), true
 }
 
-func (h *EventHub) publish(add []HubEvent, pos EventPosition, err error) {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	for _, e := range add {
-		h.ring = append(h.ring, e)
-		h.bytes += len(e.Data)
-	}
+// trim drops the oldest events beyond the ring's bounds; h.mu is held.
+func (h *EventHub) trim() {
 	drop := 0
 	for len(h.ring)-drop > hubRingEvents || (h.bytes > hubRingBytes && len(h.ring)-drop > 1) {
 		h.bytes -= len(h.ring[drop].Data)
@@ -160,6 +164,26 @@ func (h *EventHub) publish(add []HubEvent, pos EventPosition, err error) {
 		h.ring = append([]HubEvent(nil), h.ring[drop:]...)
 		h.first += uint64(drop)
 	}
+}
+
+func (h *EventHub) publish(add []HubEvent, pos EventPosition, err error) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	for _, e := range add {
+		h.ring = append(h.ring, e)
+		h.bytes += len(e.Data)
+		switch key := (CheckpointKey{e.Job, e.Pos.Checkpoint}); e.Status {
+		case "":
+		case StatusCommitted:
+			delete(h.last, key)
+		default:
+			h.last[key] = e.Status
+		}
+	}
+	if len(h.last) > 100000 {
+		clear(h.last) // aborted ones, never completed: their acks are not shown live then
+	}
+	h.trim()
 	h.pos, h.err = pos, err
 	close(h.changed)
 	h.changed = make(chan struct{})
@@ -172,7 +196,6 @@ func (h *EventHub) read(ctx context.Context, stopped chan struct{}) {
 	h.mu.Lock()
 	pos := h.pos
 	h.mu.Unlock()
-	last := map[CheckpointKey]Status{} // the status each open checkpoint was last shown with
 	var lastRead time.Time
 	for ctx.Err() == nil {
 		sub := h.events.SubscribeEverything()
@@ -225,21 +248,12 @@ func (h *EventHub) read(ctx context.Context, stopped chan struct{}) {
 			}
 			pos = e.EventPosition
 			add = append(add, ev)
-			switch e.Status {
-			case StatusCommitted:
-				delete(last, key)
-			default:
-				last[key] = e.Status
-			}
 		}
 		if err != nil {
 			sub.Cancel()
 			h.publish(add, pos, err)
 			sleep(ctx, hubFailRetry)
 			continue
-		}
-		if len(last) > 100000 {
-			clear(last) // aborted ones, never completed: their acks are not shown live then
 		}
 		h.publish(add, pos, nil)
 		if len(page.Events) == hubReadLimit {
@@ -257,24 +271,38 @@ func (h *EventHub) read(ctx context.Context, stopped chan struct{}) {
 		case <-retry:
 			sub.Cancel()
 		case <-sub.Done():
-			// A vote or an ack of this process: shown with the checkpoint as committed,
-			// when the stream showed its status already (else the status change, still to
-			// be read, shows it).
-			var votes []HubEvent
-			if c := sub.Changed(); c != nil {
-				for _, cp := range c.Checkpoints {
-					if s, ok := last[CheckpointKey{cp.Job, cp.ID}]; ok && s == cp.Status {
-						if data, err := h.encode(cp); err == nil {
-							votes = append(votes, HubEvent{Pos: pos, Job: cp.Job, Data: data})
-						}
-					}
-				}
-			}
-			if len(votes) > 0 {
-				h.publish(votes, pos, nil)
-			}
 		}
 	}
+}
+
+// Note shows cp, as a vote, an ack or an operator's completion through this process left
+// it, to the streams, if they showed its status last. It costs nothing while no stream
+// is open.
+func (h *EventHub) Note(cp *Checkpoint) {
+	if h == nil || h.active.Load() == 0 {
+		return
+	}
+	key := CheckpointKey{cp.Job, cp.ID}
+	h.mu.Lock()
+	shown, ok := h.last[key]
+	h.mu.Unlock()
+	if !ok || shown != cp.Status {
+		return
+	}
+	data, err := h.encode(cp)
+	if err != nil {
+		return
+	}
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.last[key] != cp.Status || h.cancel == nil {
+		return
+	}
+	h.ring = append(h.ring, HubEvent{Pos: h.pos, Job: cp.Job, Data: data})
+	h.bytes += len(data)
+	h.trim()
+	close(h.changed)
+	h.changed = make(chan struct{})
 }
 
 func sleep(ctx context.Context, d time.Duration) {

@@ -21,6 +21,9 @@ type RetentionOptions struct {
 	Pause time.Duration
 	// Deleted, if set, is told how many checkpoints each batch deleted.
 	Deleted func(n int)
+	// Events is how long the status changes the event streams resume from are kept; 0
+	// means 24 hours.
+	Events time.Duration
 }
 
 // RunRetention deletes, in the background until ctx ends, what retention removes (rule 12):
@@ -38,11 +41,17 @@ func (s *Service) RunRetention(ctx context.Context, opts RetentionOptions) {
 	if opts.Pause <= 0 {
 		opts.Pause = 5 * time.Millisecond
 	}
+	if opts.Events <= 0 {
+		opts.Events = 24 * time.Hour
+	}
 	f := failures{what: "delete expired checkpoints (retention)"}
 	t := time.NewTicker(opts.Interval)
 	defer t.Stop()
 	for {
 		err := s.retentionPass(ctx, opts)
+		if err == nil {
+			err = s.pruneEvents(ctx, opts)
+		}
 		if ctx.Err() != nil {
 			return
 		}
@@ -53,6 +62,24 @@ func (s *Service) RunRetention(ctx context.Context, opts RetentionOptions) {
 		case <-t.C:
 		}
 	}
+}
+
+// pruneEvents deletes the status changes recorded more than opts.Events ago, in batches.
+func (s *Service) pruneEvents(ctx context.Context, opts RetentionOptions) error {
+	es, ok := s.store.(EventStore)
+	if !ok {
+		return nil
+	}
+	cutoff := time.Now().Add(-opts.Events)
+	for ctx.Err() == nil {
+		began := time.Now()
+		n, err := es.PruneEvents(ctx, cutoff, opts.Batch)
+		if err != nil || n < opts.Batch {
+			return err
+		}
+		sleep(ctx, retentionPause(time.Since(began), opts.Pause))
+	}
+	return nil
 }
 
 // retentionPass deletes what has expired: only in the jobs that the store says have

@@ -32,6 +32,7 @@ type config struct {
 	memoryLimit        int64 // bytes; 0: GOMEMLIMIT, else the container's
 	requestTimeout     time.Duration
 	shutdownTimeout    time.Duration
+	eventsRetention    time.Duration
 	sweepInterval      time.Duration
 	debugListen        string
 	tlsCertFile        string // with tlsKeyFile: serve HTTPS only
@@ -138,6 +139,9 @@ func define(command string, cfg *config) *cli.Settings {
 		cli.DurationVar(fs, &cfg.shutdownTimeout, "shutdown-timeout", 15*time.Second,
 			"on SIGTERM or SIGINT, how long (`duration`) in-flight requests may still take before their connections are closed")
 		s.Twin("shutdown-timeout", "COORDINATOR_SHUTDOWN_TIMEOUT")
+		cli.DurationVar(fs, &cfg.eventsRetention, "events-retention", 24*time.Hour,
+			"how long (`duration`) the status changes that event streams resume from are kept: a stream resuming from an older id starts again (reset)")
+		s.Twin("events-retention", "COORDINATOR_EVENTS_RETENTION")
 		cli.DurationVar(fs, &cfg.sweepInterval, "sweep-interval", 200*time.Millisecond,
 			"how often (`duration`) checkpoints past their deadline are looked for and aborted; at most 1s")
 		s.Twin("sweep-interval", "COORDINATOR_SWEEP_INTERVAL")
@@ -277,6 +281,9 @@ func (cfg *config) validate(command string) error {
 	}
 	if cfg.parkAfter < 0 {
 		bad("--park-after must be 0 (never park) or positive, not %s", cfg.parkAfter)
+	}
+	if cfg.eventsRetention < time.Minute {
+		bad("--events-retention must be at least 1m, not %s", cfg.eventsRetention)
 	}
 	if cfg.shutdownTimeout <= 0 {
 		bad("--shutdown-timeout must be positive, not %s", cfg.shutdownTimeout)

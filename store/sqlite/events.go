@@ -142,4 +142,6 @@ func (s *Store) PruneEvents(ctx context.Context, cutoff time.Time, limit int) (i
 }
 
 // SubscribeEverything implements coordinator.EventStore.
-func (s *Store) SubscribeEverything() *coordinator.Subscription { return s.broker.SubscribeEverything() }
+func (s *Store) SubscribeEverything() *coordinator.Subscription {
+	return s.broker.SubscribeEverything()
+}

@@ -725,4 +725,6 @@ func (s *memStore) PruneEvents(ctx context.Context, cutoff time.Time, limit int)
 	return n, nil
 }
 
-func (s *memStore) SubscribeEverything() *coordinator.Subscription { return s.broker.SubscribeEverything() }
+func (s *memStore) SubscribeEverything() *coordinator.Subscription {
+	return s.broker.SubscribeEverything()
+}

@@ -44,6 +44,7 @@ func TestDefaults(t *testing.T) {
 		metricsJobLabel:    true,
 		requestTimeout:     30 * time.Second,
 		shutdownTimeout:    15 * time.Second,
+		eventsRetention:    24 * time.Hour,
 		sweepInterval:      200 * time.Millisecond,
 		logFormat:          "text",
 		logLevel:           slog.LevelInfo,

@@ -106,7 +106,9 @@ func serve(ctx context.Context, cfg config, logger *slog.Logger) error {
 	sweepCtx, stopSweeper := context.WithCancel(context.WithoutCancel(ctx))
 	var sweeper sync.WaitGroup
 	sweeper.Go(func() { svc.RunSweeper(sweepCtx, cfg.sweepInterval) })
-	sweeper.Go(func() { svc.RunRetention(sweepCtx, coordinator.RetentionOptions{Deleted: m.RetentionDeleted, Events: cfg.eventsRetention}) })
+	sweeper.Go(func() {
+		svc.RunRetention(sweepCtx, coordinator.RetentionOptions{Deleted: m.RetentionDeleted, Events: cfg.eventsRetention})
+	})
 	defer func() {
 		stopSweeper()
 		sweeper.Wait()

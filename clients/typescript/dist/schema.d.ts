@@ -348,6 +348,95 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/v1/jobs/{job}/events": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                job: components["parameters"]["JobName"];
+            };
+            cookie?: never;
+        };
+        /**
+         * The job's checkpoint changes, as they happen.
+         * @description Server-Sent Events (`text/event-stream`). The stream begins with a block that holds
+         *     only an `id:` (the position it starts from, so that a client can resume from the
+         *     start), then sends:
+         *
+         *     * `event: checkpoint`, `data:` the checkpoint (the full view, as `GET
+         *       /v1/jobs/{job}/checkpoints/{id}` answers it, on one line), each time one opens,
+         *       records a vote, is decided, records an ack or completes. Changes close together
+         *       may come as one event, but a status change (opened `preparing`, `committing`,
+         *       `aborted`, `committed`) is never skipped, and comes with the checkpoint as it
+         *       stood at that change. Votes and acks recorded through another coordinator show
+         *       with the checkpoint's next status change.
+         *     * `event: reset`, when the `Last-Event-ID` asked for is older than what retention
+         *       kept (`--events-retention`), with `data:` the job (`{}` on `/v1/events`): read the
+         *       current state, then follow on from this event's id.
+         *     * a comment line (`: keep-alive`) at least every 15 seconds when nothing else was sent.
+         *
+         *     Every event has an `id`. A client that reconnects with the header `Last-Event-ID`
+         *     gets every status change after that event, none twice, in order, whichever
+         *     coordinator on the database it reaches. Changes made through any coordinator on
+         *     the database are streamed. A stream with no `Last-Event-ID` starts from now. A
+         *     client that reads too slowly to keep up (the coordinator keeps the latest 4,096
+         *     events per process) is cut off, and resumes with its last id. The stream ends when
+         *     the coordinator shuts down, and a job's stream when the job is deleted.
+         */
+        get: operations["streamJobEvents"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/v1/events": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * The checkpoint changes of every job the token may read, as they happen.
+         * @description As `GET /v1/jobs/{job}/events`, for every job the token may read; each checkpoint
+         *     carries its `job`.
+         *
+         *     Server-Sent Events (`text/event-stream`). The stream begins with a block that holds
+         *     only an `id:` (the position it starts from, so that a client can resume from the
+         *     start), then sends:
+         *
+         *     * `event: checkpoint`, `data:` the checkpoint (the full view, as `GET
+         *       /v1/jobs/{job}/checkpoints/{id}` answers it, on one line), each time one opens,
+         *       records a vote, is decided, records an ack or completes. Changes close together
+         *       may come as one event, but a status change (opened `preparing`, `committing`,
+         *       `aborted`, `committed`) is never skipped, and comes with the checkpoint as it
+         *       stood at that change. Votes and acks recorded through another coordinator show
+         *       with the checkpoint's next status change.
+         *     * `event: reset`, when the `Last-Event-ID` asked for is older than what retention
+         *       kept (`--events-retention`), with `data:` the job (`{}` on `/v1/events`): read the
+         *       current state, then follow on from this event's id.
+         *     * a comment line (`: keep-alive`) at least every 15 seconds when nothing else was sent.
+         *
+         *     Every event has an `id`. A client that reconnects with the header `Last-Event-ID`
+         *     gets every status change after that event, none twice, in order, whichever
+         *     coordinator on the database it reaches. Changes made through any coordinator on
+         *     the database are streamed. A stream with no `Last-Event-ID` starts from now. A
+         *     client that reads too slowly to keep up (the coordinator keeps the latest 4,096
+         *     events per process) is cut off, and resumes with its last id. The stream ends when
+         *     the coordinator shuts down, and a job's stream when the job is deleted.
+         */
+        get: operations["streamEvents"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/v1/audit": {
         parameters: {
             query?: never;
@@ -1765,6 +1854,65 @@ export interface operations {
             410: components["responses"]["Gone"];
             413: components["responses"]["PayloadTooLarge"];
             415: components["responses"]["UnsupportedMediaType"];
+            503: components["responses"]["Unavailable"];
+            default: components["responses"]["Problem"];
+        };
+    };
+    streamJobEvents: {
+        parameters: {
+            query?: never;
+            header?: {
+                /** @description The `id` of the last event received, to resume after it. */
+                "Last-Event-ID"?: string;
+            };
+            path: {
+                job: components["parameters"]["JobName"];
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description The stream, until the client or the coordinator ends it. */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "text/event-stream": string;
+                };
+            };
+            400: components["responses"]["BadRequest"];
+            401: components["responses"]["Unauthenticated"];
+            403: components["responses"]["Forbidden"];
+            404: components["responses"]["NotFound"];
+            503: components["responses"]["Unavailable"];
+            default: components["responses"]["Problem"];
+        };
+    };
+    streamEvents: {
+        parameters: {
+            query?: never;
+            header?: {
+                /** @description The `id` of the last event received, to resume after it. */
+                "Last-Event-ID"?: string;
+            };
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description The stream, until the client or the coordinator ends it. */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "text/event-stream": string;
+                };
+            };
+            400: components["responses"]["BadRequest"];
+            401: components["responses"]["Unauthenticated"];
+            403: components["responses"]["Forbidden"];
             503: components["responses"]["Unavailable"];
             default: components["responses"]["Problem"];
         };

@@ -115,14 +115,32 @@ func (s *sseSink) Position(pos coordinator.EventPosition) error {
 	return s.write([]byte("id: " + pos.String() + "\n\n"))
 }
 
+// Event adds e to what the next Flush sends.
 func (s *sseSink) Event(e coordinator.HubEvent) error {
-	b := append(s.buf[:0], "id: "...)
+	b := append(s.buf, "id: "...)
 	b = append(b, e.Pos.String()...)
 	b = append(b, "\nevent: checkpoint\ndata: "...)
 	b = append(b, e.Data...)
 	b = append(b, "\n\n"...)
 	s.buf = b
-	return s.write(b)
+	if len(b) >= 64<<10 {
+		return s.Flush()
+	}
+	return nil
+}
+
+// Flush writes the events added, in one write.
+func (s *sseSink) Flush() error {
+	if len(s.buf) == 0 {
+		return nil
+	}
+	err := s.write(s.buf)
+	if cap(s.buf) > 256<<10 {
+		s.buf = nil
+	} else {
+		s.buf = s.buf[:0]
+	}
+	return err
 }
 
 func (s *sseSink) Reset(pos coordinator.EventPosition, job *coordinator.Job) error {

@@ -201,6 +201,7 @@ func (s *server) PrepareCheckpoint(ctx context.Context, req PrepareCheckpointReq
 	if err != nil {
 		return nil, err
 	}
+	s.hub.Note(cp)
 	// A replay answers as the first request did: 201 with the checkpoint as it stands.
 	return jsonResponse{status: http.StatusCreated, checkpoint: cp, location: checkpointPath(cp.Job, cp.ID)}, nil
 }
@@ -325,6 +326,7 @@ func (s *server) CommitCheckpoint(ctx context.Context, req CommitCheckpointReque
 	if err != nil {
 		return nil, err
 	}
+	s.hub.Note(cp)
 	return jsonResponse{status: http.StatusOK, checkpoint: cp}, nil
 }
 
@@ -390,6 +392,7 @@ func (s *server) AbortCheckpoint(ctx context.Context, req AbortCheckpointRequest
 	if err != nil {
 		return nil, err
 	}
+	s.hub.Note(cp)
 	return jsonResponse{status: http.StatusOK, checkpoint: cp}, nil
 }
 

@@ -26,7 +26,7 @@ type EventHub struct {
 	stopped chan struct{}      // closed when the reader that ran last has stopped
 	// ring holds the latest events, ring[0] numbered first; pos is the reader's position
 	// (after every status change in the ring). bytes is what the ring's data weighs.
-	ring    []HubEvent
+	ring    eventRing
 	first   uint64
 	bytes   int
 	base    EventPosition // the position before ring[0]: what the ring holds comes after it
@@ -37,9 +37,15 @@ type EventHub struct {
 	// be read, shows it). active counts the streams, for Note to read without the lock.
 	last   map[CheckpointKey]Status
 	active atomic.Int64
-	// changed is closed (and replaced) when events are added or the reader fails.
-	changed chan struct{}
-	err     error // the reader's last failure, nil once it read again
+	// known are checkpoints as this process's requests last left them, so that the reader
+	// shows a change made here without reading its checkpoint back (bounded: knownMax).
+	known map[CheckpointKey]*Checkpoint
+	// changed is closed (and replaced) when events are added or the reader fails; a vote
+	// or an ack noted arms wakeArmed instead, which wakes the streams hubWakeEvery later,
+	// so that a busy process wakes each stream at most that often, not at every request.
+	changed   chan struct{}
+	wakeArmed bool
+	err       error // the reader's last failure, nil once it read again
 }
 
 // HubEvent is one event of the streams.
@@ -61,7 +67,13 @@ const (
 	hubReadLimit   = 500
 	hubReadSpacing = 20 * time.Millisecond // at most one read of the store per this, under load
 	hubHeldRetry   = 20 * time.Millisecond
-	hubFailRetry   = time.Second
+	hubWakeEvery   = 20 * time.Millisecond
+	// streamEvery is the least time between two writes of one stream: what came meanwhile
+	// goes in the next write, so that a hundred streams of a busy process cost a few
+	// thousand writes a second, not one per event each.
+	streamEvery  = 100 * time.Millisecond
+	hubFailRetry = time.Second
+	knownMax     = 10000
 )
 
 // ErrStreamBehind is returned to a stream that fell behind the hub's ring.
@@ -96,9 +108,11 @@ func (h *EventHub) join(ctx context.Context) (EventPosition, uint64, error) {
 			if err != nil {
 				return EventPosition{}, 0, err
 			}
-			h.first += uint64(len(h.ring)) + 1 // streams of the reader before are behind
+			h.first += uint64(h.ring.n) + 1 // streams of the reader before are behind
 			h.last = map[CheckpointKey]Status{}
-			h.ring, h.bytes, h.base, h.pos, h.started, h.err = nil, 0, head, head, true, nil
+			h.known = map[CheckpointKey]*Checkpoint{}
+			h.ring.reset()
+			h.bytes, h.base, h.pos, h.started, h.err = 0, head, head, true, nil
 			rctx, cancel := context.WithCancel(context.Background())
 			h.cancel, h.stopped = cancel, make(chan struct{})
 			go h.read(rctx, h.stopped)
@@ -106,7 +120,7 @@ func (h *EventHub) join(ctx context.Context) (EventPosition, uint64, error) {
 	}
 	h.streams++
 	h.active.Add(1)
-	return h.pos, h.first + uint64(len(h.ring)), nil
+	return h.pos, h.first + uint64(h.ring.n), nil
 }
 
 // leave counts a stream out, stopping the reader after the last.
@@ -123,17 +137,17 @@ func (h *EventHub) leave() {
 
 // since returns the events from number n on, the number after them, the channel closed at
 // the next change, and ErrStreamBehind if n fell out of the ring.
-func (h *EventHub) since(n uint64) ([]HubEvent, uint64, <-chan struct{}, error) {
+func (h *EventHub) since(n uint64, match func(job string) bool) ([]HubEvent, uint64, <-chan struct{}, error) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	if n < h.first {
 		return nil, n, nil, ErrStreamBehind
 	}
-	end := h.first + uint64(len(h.ring))
+	end := h.first + uint64(h.ring.n)
 	if n > end {
 		n = end
 	}
-	return h.ring[n-h.first:], end, h.changed, h.err
+	return h.ring.copyFrom(int(n-h.first), match), end, h.changed, h.err
 }
 
 // firstAfter returns the number of the first event of the ring at or after pos, and
@@ -144,38 +158,77 @@ func (h *EventHub) firstAfter(pos EventPosition) (uint64, bool) {
 	if pos.Less(h.base) {
 		return h.first, false
 	}
-	for i, e := range h.ring {
-		if !e.Pos.Less(pos) {
+	for i := range h.ring.n {
+		if !h.ring.at(i).Pos.Less(pos) {
 			return h.first + uint64(i), true
 		}
 	}
-	return h.first + uint64(len(h.ring)), true
+	return h.first + uint64(h.ring.n), true
 }
 
-// trim drops the oldest events beyond the ring's bounds; h.mu is held.
-func (h *EventHub) trim() {
-	drop := 0
-	for len(h.ring)-drop > hubRingEvents || (h.bytes > hubRingBytes && len(h.ring)-drop > 1) {
-		h.bytes -= len(h.ring[drop].Data)
-		drop++
+// add appends e to the ring, dropping the oldest events beyond its bounds; h.mu is held.
+func (h *EventHub) add(e HubEvent) {
+	for h.ring.n > 0 && (h.ring.n >= hubRingEvents || h.bytes+len(e.Data) > hubRingBytes) {
+		old := h.ring.dropFirst()
+		h.bytes -= len(old.Data)
+		h.base = old.Pos
+		h.first++
 	}
-	if drop > 0 {
-		h.base = h.ring[drop-1].Pos
-		h.ring = append([]HubEvent(nil), h.ring[drop:]...)
-		h.first += uint64(drop)
+	h.ring.push(e)
+	h.bytes += len(e.Data)
+}
+
+// eventRing is a fixed array of hubRingEvents events used as a circle: no event is
+// copied when the oldest is dropped.
+type eventRing struct {
+	buf      []HubEvent
+	start, n int
+}
+
+func (r *eventRing) at(i int) *HubEvent { return &r.buf[(r.start+i)%len(r.buf)] }
+
+func (r *eventRing) push(e HubEvent) {
+	if r.buf == nil {
+		r.buf = make([]HubEvent, hubRingEvents)
 	}
+	r.buf[(r.start+r.n)%len(r.buf)] = e
+	r.n++
+}
+
+func (r *eventRing) dropFirst() HubEvent {
+	e := r.buf[r.start]
+	r.buf[r.start] = HubEvent{}
+	r.start = (r.start + 1) % len(r.buf)
+	r.n--
+	return e
+}
+
+func (r *eventRing) reset() {
+	clear(r.buf)
+	r.start, r.n = 0, 0
+}
+
+// copyFrom returns a copy of the events of the jobs match accepts from the i-th oldest on.
+func (r *eventRing) copyFrom(i int, match func(job string) bool) []HubEvent {
+	var out []HubEvent
+	for ; i < r.n; i++ {
+		if e := r.at(i); match(e.Job) {
+			out = append(out, *e)
+		}
+	}
+	return out
 }
 
 func (h *EventHub) publish(add []HubEvent, pos EventPosition, err error) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	for _, e := range add {
-		h.ring = append(h.ring, e)
-		h.bytes += len(e.Data)
+		h.add(e)
 		switch key := (CheckpointKey{e.Job, e.Pos.Checkpoint}); e.Status {
 		case "":
 		case StatusCommitted:
 			delete(h.last, key)
+			delete(h.known, key)
 		default:
 			h.last[key] = e.Status
 		}
@@ -183,7 +236,6 @@ func (h *EventHub) publish(add []HubEvent, pos EventPosition, err error) {
 	if len(h.last) > 100000 {
 		clear(h.last) // aborted ones, never completed: their acks are not shown live then
 	}
-	h.trim()
 	h.pos, h.err = pos, err
 	close(h.changed)
 	h.changed = make(chan struct{})
@@ -220,8 +272,9 @@ func (h *EventHub) read(ctx context.Context, stopped chan struct{}) {
 			head, err := h.events.EventHead(ctx)
 			if err == nil {
 				h.mu.Lock()
-				h.first += uint64(len(h.ring)) + 1
-				h.ring, h.bytes, h.base = nil, 0, head
+				h.first += uint64(h.ring.n) + 1
+				h.ring.reset()
+				h.bytes, h.base = 0, head
 				h.mu.Unlock()
 				pos = head
 			}
@@ -231,11 +284,16 @@ func (h *EventHub) read(ctx context.Context, stopped chan struct{}) {
 			key := CheckpointKey{e.Job, e.Checkpoint}
 			cp, ok := cps[key]
 			if !ok {
-				cp, err = h.svc.store.GetCheckpoint(ctx, e.Job, e.Checkpoint)
-				if err != nil && !errors.Is(err, ErrNotFound) && !errors.Is(err, ErrGone) {
-					break // read the rest again
+				h.mu.Lock()
+				cp = h.known[key]
+				h.mu.Unlock()
+				if cp == nil || StatusRank(cp.Status) < e.Rank {
+					cp, err = h.svc.store.GetCheckpoint(ctx, e.Job, e.Checkpoint)
+					if err != nil && !errors.Is(err, ErrNotFound) && !errors.Is(err, ErrGone) {
+						break // read the rest again
+					}
+					err = nil
 				}
-				err = nil
 				cps[key] = cp
 			}
 			ev := HubEvent{Pos: e.EventPosition, Job: e.Job, Status: e.Status}
@@ -279,11 +337,19 @@ func (h *EventHub) read(ctx context.Context, stopped chan struct{}) {
 // it, to the streams, if they showed its status last. It costs nothing while no stream
 // is open.
 func (h *EventHub) Note(cp *Checkpoint) {
-	if h == nil || h.active.Load() == 0 {
+	if h == nil || h.active.Load() == 0 || cp == nil {
 		return
 	}
 	key := CheckpointKey{cp.Job, cp.ID}
 	h.mu.Lock()
+	if h.known != nil {
+		if old := h.known[key]; old == nil || StatusRank(old.Status) <= StatusRank(cp.Status) {
+			if len(h.known) >= knownMax && old == nil {
+				clear(h.known)
+			}
+			h.known[key] = cp
+		}
+	}
 	shown, ok := h.last[key]
 	h.mu.Unlock()
 	if !ok || shown != cp.Status {
@@ -298,9 +364,18 @@ func (h *EventHub) Note(cp *Checkpoint) {
 	if h.last[key] != cp.Status || h.cancel == nil {
 		return
 	}
-	h.ring = append(h.ring, HubEvent{Pos: h.pos, Job: cp.Job, Data: data})
-	h.bytes += len(data)
-	h.trim()
+	h.add(HubEvent{Pos: h.pos, Job: cp.Job, Data: data})
+	if !h.wakeArmed {
+		h.wakeArmed = true
+		time.AfterFunc(hubWakeEvery, h.wake)
+	}
+}
+
+// wake wakes the streams waiting for events.
+func (h *EventHub) wake() {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.wakeArmed = false
 	close(h.changed)
 	h.changed = make(chan struct{})
 }
@@ -327,6 +402,8 @@ type StreamSink interface {
 	Position(pos EventPosition) error
 	// Event sends one event: a checkpoint (Status set or not), id pos.
 	Event(e HubEvent) error
+	// Flush sends what Event wrote; Event may hold it until then.
+	Flush() error
 	// Reset tells the client that its position was older than what retention kept, at pos.
 	Reset(pos EventPosition, job *Job) error
 	KeepAlive() error
@@ -399,6 +476,9 @@ func (h *EventHub) Stream(ctx context.Context, job string, from *EventPosition, 
 				}
 				pos = e.EventPosition
 			}
+			if err := sink.Flush(); err != nil {
+				return err
+			}
 			if len(page.Events) == 0 {
 				sleep(ctx, hubHeldRetry) // held back, or the ring's base not yet committed here
 				if ctx.Err() != nil {
@@ -408,17 +488,18 @@ func (h *EventHub) Stream(ctx context.Context, job string, from *EventPosition, 
 		}
 		n, _ = h.firstAfter(pos)
 	}
+	match := allow
+	if job != "" {
+		match = func(j string) bool { return j == job }
+	}
 	ticker := time.NewTicker(keepAlive)
 	defer ticker.Stop()
 	for {
-		events, next, changed, err := h.since(n)
+		events, next, changed, err := h.since(n, match)
 		if errors.Is(err, ErrStreamBehind) {
 			return err
 		}
 		for _, e := range events {
-			if job != "" && e.Job != job || job == "" && !allow(e.Job) {
-				continue
-			}
 			out := e
 			if e.Status != "" {
 				if !pos.Less(e.Pos) {
@@ -435,6 +516,12 @@ func (h *EventHub) Stream(ctx context.Context, job string, from *EventPosition, 
 			if err := sink.Event(out); err != nil {
 				return err
 			}
+		}
+		if len(events) > 0 {
+			if err := sink.Flush(); err != nil {
+				return err
+			}
+			sleep(ctx, streamEvery)
 		}
 		n = next
 		select {

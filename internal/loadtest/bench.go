@@ -37,7 +37,10 @@ type benchConfig struct {
 	full  bool   // full answers to votes and acks, not minimal ones
 	// minimalWaiter has the decision waiter ask for the minimal view (the counts), as a
 	// client that only needs the outcome does, instead of the full one.
-	minimalWaiter     bool
+	minimalWaiter bool
+	// streams is how many event streams are held open while measuring, spread over the
+	// jobs (GET /v1/jobs/{job}/events), each read to its end.
+	streams           int
 	jobs              int
 	participants      int
 	committablesBytes int
@@ -97,6 +100,9 @@ func defineBench(cfg *benchConfig) *cli.Settings {
 		"status and counts of votes and acks), as a client that needs only the outcome does, instead of the full view with every "+
 		"participant's committables; the checks then read the counts, and committables are not compared")
 	flagOnly("minimal-waiter")
+	fs.IntVar(&cfg.streams, "streams", 0, "hold this `number` of event streams open while measuring (GET /v1/jobs/{job}/events, spread over the jobs), "+
+		"each read as it comes, to measure what watchers cost the rounds")
+	flagOnly("streams")
 	fs.IntVar(&cfg.jobs, "jobs", 16, "`number` of jobs driven concurrently, each running its rounds one after the other")
 	flagOnly("jobs")
 	fs.IntVar(&cfg.jobs, "concurrency", 16, "the same as --jobs (`number`)")
@@ -169,6 +175,9 @@ func (cfg *benchConfig) validate(fs *flag.FlagSet) error {
 	}
 	if cfg.participants < 1 || cfg.participants > maxBenchParticipants {
 		bad("--participants must be from 1 to %d, not %d", maxBenchParticipants, cfg.participants)
+	}
+	if cfg.streams < 0 || cfg.streams > 10000 {
+		bad("--streams must be from 0 to 10000, not %d", cfg.streams)
 	}
 	if cfg.committablesBytes < 2 || cfg.committablesBytes > maxCommittablesBytes {
 		bad("--committables-bytes must be from 2 (an empty array) to %d, not %d", maxCommittablesBytes, cfg.committablesBytes)
@@ -395,13 +404,20 @@ func runBench(ctx context.Context, cfg benchConfig, progress io.Writer) (*benchR
 	}
 
 	r := &benchRun{cfg: cfg, client: client, stats: newBenchStats(), target: target}
+	watchers := watchStreams(ctx, cfg, jobs, client.tls)
 	r.measure(ctx, jobs, progress)
+	streamEvents := watchers.stop()
+	if cfg.streams > 0 {
+		fmt.Fprintf(progress, "bench: %d event streams open while measuring (%d failed to open), %d events received\n",
+			cfg.streams, watchers.failed.Load(), streamEvents)
+	}
 
 	if rss != nil {
 		stopRSS()
 		rssDone.Wait()
 	}
 	rep := r.report(rss)
+	rep.Streams, rep.StreamEvents = cfg.streams, streamEvents
 	if !cfg.floor {
 		return rep, nil
 	}

@@ -362,19 +362,23 @@ func TestCommittablesJSONSize(t *testing.T) {
 	}
 }
 
-// TestBenchMinimalWaiter runs the bench with --minimal-waiter and 16 KiB committables
-// against a real coordinator: the waiter's minimal views carry the counts, and every round
-// passes its checks.
+// TestBenchMinimalWaiter runs the bench with --minimal-waiter, 16 KiB committables and four
+// event streams against a real coordinator: the waiter's minimal views carry the counts,
+// every round passes its checks, and the streams received the rounds' events.
 func TestBenchMinimalWaiter(t *testing.T) {
 	t.Parallel()
 	base, logs := startCoordinator(t, pgtest.URL(t))
 	code, rep, progress := benchJSON(t, "--url", base, "--minimal-waiter", "--jobs", "2", "--committables-bytes", "16384",
-		"--duration", "1s", "--warmup", "200ms")
+		"--streams", "4", "--duration", "1s", "--warmup", "200ms")
 	if code != cli.ExitOK || !rep.OK {
 		t.Fatalf("bench exited %d, verdict %q; progress:\n%s\ncoordinator log:\n%s", code, rep.Verdict, progress, logs.String())
 	}
 	if rep.Rounds == 0 || rep.FailedRounds != 0 || len(rep.CheckFailures) != 0 {
 		t.Errorf("report: %d rounds, %d failed, check failures %v", rep.Rounds, rep.FailedRounds, rep.CheckFailures)
+	}
+	// Each round is three status changes at least, each seen by the two streams of its job.
+	if rep.Streams != 4 || rep.StreamEvents < 3*2*rep.Rounds {
+		t.Errorf("%d streams received %d events for %d rounds, want at least %d", rep.Streams, rep.StreamEvents, rep.Rounds, 3*2*rep.Rounds)
 	}
 }
 

@@ -157,7 +157,10 @@ type benchReport struct {
 	Jobs              int    `json:"jobs"`
 	Participants      int    `json:"participants"`
 	CommittablesBytes int    `json:"committables_bytes"`
-	JobPrefix         string `json:"job_prefix"`
+	// Streams were held open while measuring (--streams), and received StreamEvents.
+	Streams      int    `json:"streams,omitempty"`
+	StreamEvents int64  `json:"stream_events,omitempty"`
+	JobPrefix    string `json:"job_prefix"`
 
 	WarmupSeconds  float64 `json:"warmup_seconds"`
 	ElapsedSeconds float64 `json:"elapsed_seconds"` // from the end of the warm-up to the end of the last measured round

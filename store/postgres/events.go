@@ -40,13 +40,14 @@ const eventsXminSQL = `
 const eventsXminValue = "current_setting('twophase.events_xmin')::bigint"
 
 // eventsAfterSQL reads up to $5 status changes after position ($1, $2, $3, $4), of every
-// job, below the oldest running transaction; eventsOfJobAfterSQL those of job $2.
+// job, below the oldest running transaction; eventsOfJobAfterSQL those of job $2 (through the
+// primary key from the position on: a job's stream reads the store only to catch up).
 const (
 	eventsAfterSQL = `SELECT tx, job, checkpoint, rank, status, at FROM checkpoint_events
-		WHERE (tx, job, checkpoint, rank) > ($1, $2, $3, $4) AND tx < ` + eventsXminValue + `
+		WHERE tx >= $1 AND (tx, job, checkpoint, rank) > ($1, $2, $3, $4) AND tx < ` + eventsXminValue + `
 		ORDER BY tx, job, checkpoint, rank LIMIT $5`
 	eventsOfJobAfterSQL = `SELECT tx, job, checkpoint, rank, status, at FROM checkpoint_events
-		WHERE job = $2 AND (tx, checkpoint, rank) > ($1, $3, $4) AND tx < ` + eventsXminValue + `
+		WHERE job = $2 AND tx >= $1 AND (tx, checkpoint, rank) > ($1, $3, $4) AND tx < ` + eventsXminValue + `
 		ORDER BY tx, checkpoint, rank LIMIT $5`
 )
 

@@ -64,7 +64,7 @@ func (s *server) stream(ctx context.Context, job string, lastEventID *string) (*
 		}
 	}
 	reach := reachOf(ctx)
-	return &streamResponse{ctx: ctx, hub: s.hub, job: job, from: from, allow: reach.Matches}, nil
+	return &streamResponse{ctx: ctx, hub: s.hub, job: job, from: from, allow: reach.Matches, keepAlive: s.keepAlive}, nil
 }
 
 // streamResponse writes a stream as the answer of StreamJobEvents or StreamEvents.
@@ -74,6 +74,8 @@ type streamResponse struct {
 	job   string
 	from  *coordinator.EventPosition
 	allow func(job string) bool
+	// keepAlive is how long the stream may send nothing before a comment.
+	keepAlive time.Duration
 }
 
 func (r *streamResponse) VisitStreamJobEventsResponse(w http.ResponseWriter) error { return r.serve(w) }
@@ -89,7 +91,7 @@ func (r *streamResponse) serve(w http.ResponseWriter) error {
 	if err := sink.write([]byte("retry: " + strconv.Itoa(streamRetry) + "\n\n")); err != nil {
 		return nil
 	}
-	err := r.hub.Stream(r.ctx, r.job, r.from, r.allow, sink, streamKeepAlive)
+	err := r.hub.Stream(r.ctx, r.job, r.from, r.allow, sink, r.keepAlive)
 	if errors.Is(err, coordinator.ErrStreamBehind) {
 		_ = sink.write([]byte(": the reader fell behind; reconnect with Last-Event-ID\n\n"))
 	}

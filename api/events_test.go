@@ -256,3 +256,85 @@ func testEventStreams(t *testing.T) {
 		}
 	}
 }
+
+// TestEventStreamsReadOnlyWhatTheTokenMay: /v1/events shows a token the jobs it may read and
+// no other; a stream ends when its token is revoked; an idle stream gets its keep-alive
+// comments.
+func TestEventStreamsReadOnlyWhatTheTokenMay(t *testing.T) {
+	onEachStore(t, func(t *testing.T) {
+		b := setupAuth(t)
+		ctx := t.Context()
+		for _, job := range []string{"mine", "theirs"} {
+			if _, _, err := b.svc.PutJob(ctx, job, coordinator.JobConfig{Participants: []string{"a"}, CheckpointTimeout: time.Minute,
+				MaxConcurrentCheckpoints: 2, AutoCommit: true}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		reader := b.token(t, "reader-mine", "mine", "", coordinator.ScopeRead)
+		s, resp := openStream(t, b.url+"/v1/events", "Authorization", "Bearer "+reader)
+		if s == nil {
+			t.Fatalf("GET /v1/events with a reader of mine: %d", resp.StatusCode)
+		}
+		s.next() // its position
+		for _, job := range []string{"theirs", "mine", "theirs"} {
+			if _, _, err := b.svc.Prepare(ctx, job, coordinator.PrepareRequest{}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if e := s.next(); !strings.Contains(e.data, `"job":"mine"`) {
+			t.Errorf("the reader of mine got %+v", e)
+		}
+		select {
+		case e := <-s.events:
+			t.Errorf("the reader of mine got another event: %+v", e)
+		case <-time.After(300 * time.Millisecond):
+		}
+		// Another job's stream is refused it.
+		if _, resp := openStream(t, b.url+"/v1/jobs/theirs/events", "Authorization", "Bearer "+reader); resp.StatusCode != 403 {
+			t.Errorf("the reader of mine on theirs' stream: %d, want 403", resp.StatusCode)
+		}
+		// Revoked, the token's stream ends.
+		if err := coordinator.NewTokens(b.tokens).Revoke(ctx, "reader-mine"); err != nil {
+			t.Fatal(err)
+		}
+		if err := b.auth.Refresh(ctx); err != nil {
+			t.Fatal(err)
+		}
+		select {
+		case _, ok := <-s.events:
+			for ok {
+				_, ok = <-s.events
+			}
+		case <-time.After(5 * time.Second):
+			t.Error("the stream of a revoked token still open after 5 s")
+		}
+	})
+}
+
+// TestEventStreamKeepAlive: a stream with nothing to send sends a comment every
+// Options.StreamKeepAlive.
+func TestEventStreamKeepAlive(t *testing.T) { onEachStore(t, testEventStreamKeepAlive) }
+
+func testEventStreamKeepAlive(t *testing.T) {
+	store := testStore(t)
+	srv := httptest.NewServer(NewHandler(coordinator.NewService(store, nil), Options{Logger: slog.New(slog.DiscardHandler),
+		StreamKeepAlive: 100 * time.Millisecond}))
+	t.Cleanup(srv.Close)
+	resp, err := http.Get(srv.URL + "/v1/events")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	sc := bufio.NewScanner(resp.Body)
+	comments := 0
+	start := time.Now()
+	for comments < 3 && sc.Scan() {
+		if sc.Text() == ": keep-alive" {
+			comments++
+		}
+	}
+	if comments < 3 {
+		t.Fatalf("%d keep-alive comments", comments)
+	}
+	t.Logf("3 keep-alive comments in %s", time.Since(start).Round(time.Millisecond))
+}

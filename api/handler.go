@@ -75,6 +75,9 @@ type Options struct {
 	// a client that has not read it by then has its connection closed. 0 means
 	// DefaultLargeAnswerWriteTimeout.
 	LargeAnswerWriteTimeout time.Duration
+	// StreamKeepAlive is how long an event stream may send nothing before a comment keeps
+	// it open; 0 means 10 seconds.
+	StreamKeepAlive time.Duration
 }
 
 // NewHandler returns the HTTP API of openapi.yaml on svc: the generated routes, with a
@@ -82,7 +85,11 @@ type Options struct {
 // request, the strict input check, and problem+json answers for every error, including
 // unknown routes, wrong methods, bad parameters and panics.
 func NewHandler(svc *coordinator.Service, opts Options) http.Handler {
-	srv := &server{svc: svc, build: opts.Build, metrics: opts.Metrics, hub: coordinator.NewEventHub(svc, encodeCheckpoint)}
+	srv := &server{svc: svc, build: opts.Build, metrics: opts.Metrics, hub: coordinator.NewEventHub(svc, encodeCheckpoint),
+		keepAlive: opts.StreamKeepAlive}
+	if srv.keepAlive <= 0 {
+		srv.keepAlive = streamKeepAlive
+	}
 	if opts.Park != nil {
 		logger := opts.Logger
 		if logger == nil {

@@ -29,6 +29,7 @@ type server struct {
 	metrics      *metrics.Metrics      // for /metrics; nil: not served
 	park         *parking              // nil: long-polls are not parked
 	hub          *coordinator.EventHub // the event streams; nil when the store records no events
+	keepAlive    time.Duration         // Options.StreamKeepAlive
 }
 
 var _ StrictServerInterface = (*server)(nil)

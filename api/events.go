@@ -88,6 +88,9 @@ func (r *streamResponse) serve(w http.ResponseWriter) error {
 	h.Set("X-Accel-Buffering", "no") // proxies that buffer answers (nginx) pass it through
 	w.WriteHeader(http.StatusOK)
 	sink := &sseSink{w: w, rc: http.NewResponseController(w)}
+	// The server's read timeout would end the stream (net/http cancels a request whose
+	// connection's read deadline passes); a stream lasts until either side ends it.
+	_ = sink.rc.SetReadDeadline(time.Time{})
 	if err := sink.write([]byte("retry: " + strconv.Itoa(streamRetry) + "\n\n")); err != nil {
 		return nil
 	}

@@ -338,3 +338,44 @@ func testEventStreamKeepAlive(t *testing.T) {
 	}
 	t.Logf("3 keep-alive comments in %s", time.Since(start).Round(time.Millisecond))
 }
+
+// TestConsoleMounted: with Options.UI the console's pages are served without a token
+// (they ask for one), the browser and Host guards still apply; without it /ui/ is 404.
+func TestConsoleMounted(t *testing.T) {
+	store := testStore(t)
+	ts := store.(coordinator.TokenStore)
+	auth := coordinator.NewAuthenticator(ts, testAdminToken, nil)
+	if err := auth.Refresh(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	page := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { w.Write([]byte("console")) })
+	with := httptest.NewServer(NewHandler(coordinator.NewService(store, nil), Options{Logger: slog.New(slog.DiscardHandler),
+		Auth: auth, Tokens: coordinator.NewTokens(ts), UI: page}))
+	t.Cleanup(with.Close)
+	without := httptest.NewServer(NewHandler(coordinator.NewService(store, nil), Options{Logger: slog.New(slog.DiscardHandler)}))
+	t.Cleanup(without.Close)
+	get := func(url string, header ...string) int {
+		req, _ := http.NewRequest("GET", url, nil)
+		for i := 0; i+1 < len(header); i += 2 {
+			req.Header.Set(header[i], header[i+1])
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		return resp.StatusCode
+	}
+	if s := get(with.URL + "/ui/"); s != 200 {
+		t.Errorf("/ui/ without a token, authentication on: %d, want 200", s)
+	}
+	if s := get(with.URL+"/ui/", "Origin", "https://evil.example"); s != 403 {
+		t.Errorf("/ui/ from a foreign page: %d, want 403", s)
+	}
+	if s := get(with.URL + "/v1/jobs"); s != 401 {
+		t.Errorf("/v1/jobs without a token: %d, want 401", s)
+	}
+	if s := get(without.URL + "/ui/"); s != 404 {
+		t.Errorf("/ui/ with the console off: %d, want 404", s)
+	}
+}

@@ -78,6 +78,10 @@ type Options struct {
 	// StreamKeepAlive is how long an event stream may send nothing before a comment keeps
 	// it open; 0 means 10 seconds.
 	StreamKeepAlive time.Duration
+	// UI, when set, serves the console's pages under /ui/ (ui.Handler): before
+	// authentication, since the pages hold no data and ask for the token themselves; the
+	// browser and Host guards apply to them as to the API.
+	UI http.Handler
 }
 
 // NewHandler returns the HTTP API of openapi.yaml on svc: the generated routes, with a
@@ -285,6 +289,10 @@ func front(opts Options, pw *problemWriter, routes *routeTable) func(http.Handle
 			}
 			if cors(aw, r) {
 				return // a preflight, answered
+			}
+			if opts.UI != nil && (r.URL.Path == "/ui" || strings.HasPrefix(r.URL.Path, "/ui/")) {
+				opts.UI.ServeHTTP(aw, r)
+				return
 			}
 			if opts.Auth != nil && !publicPaths[r.URL.Path] {
 				authed, done, err := authenticate(opts.Auth, aw, r)

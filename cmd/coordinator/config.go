@@ -56,6 +56,7 @@ type config struct {
 	maxAnswerBytes    int64 // bytes large answers in flight may hold; 0: no bound
 	parkAfter         time.Duration
 	http2             bool
+	ui                bool
 	allowedOrigins    string // comma-separated
 	allowedHosts      string // comma-separated
 }
@@ -167,6 +168,8 @@ func define(command string, cfg *config) *cli.Settings {
 			"an HTTP/1.1 long-poll on pending that has waited this `duration` is parked: its connection set aside "+
 				"with only the wait's state until it answers, then handed back (0: never parked)")
 		s.Twin("park-after", "COORDINATOR_PARK_AFTER")
+		fs.BoolVar(&cfg.ui, "ui", true, "serve the operator console at /ui/ (its pages ask for a token when authentication is on)")
+		s.Twin("ui", "COORDINATOR_UI")
 		fs.BoolVar(&cfg.http2, "http2", true,
 			"serve HTTP/2 besides HTTP/1.1: negotiated over TLS, with prior knowledge (h2c) over plain HTTP. "+
 				"Many requests (a fleet's long-polls) then share a few connections; false: HTTP/1.1 only")

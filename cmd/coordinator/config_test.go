@@ -45,6 +45,7 @@ func TestDefaults(t *testing.T) {
 		requestTimeout:     30 * time.Second,
 		shutdownTimeout:    15 * time.Second,
 		eventsRetention:    24 * time.Hour,
+		ui:                 true,
 		sweepInterval:      200 * time.Millisecond,
 		logFormat:          "text",
 		logLevel:           slog.LevelInfo,

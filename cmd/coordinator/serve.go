@@ -5,6 +5,7 @@ import (
 	"crypto/tls"
 	"errors"
 	"fmt"
+	"github.com/twophase/coordinator/ui"
 	"log/slog"
 	"net"
 	"net/http"
@@ -129,6 +130,7 @@ func serve(ctx context.Context, cfg config, logger *slog.Logger) error {
 			Tokens:         tokens,
 			Park:           parkListener(parked, cfg.parkAfter),
 			ParkAfter:      cfg.parkAfter,
+			UI:             consoleHandler(cfg.ui),
 		}),
 		ReadHeaderTimeout: cfg.readHeaderTimeout,
 		// Not shorter than a request may take: when the read deadline passes while a
@@ -195,4 +197,12 @@ func parkListener(l *httppark.Listener, after time.Duration) *httppark.Listener 
 // work bounded by --request-timeout, plus the longest long-poll wait.
 func longestRequest(cfg config) time.Duration {
 	return cfg.requestTimeout + coordinator.MaxLongPoll + timeoutSlack
+}
+
+// consoleHandler is what api.Options.UI gets: the console, or nil with --ui=false.
+func consoleHandler(on bool) http.Handler {
+	if !on {
+		return nil
+	}
+	return ui.Handler()
 }

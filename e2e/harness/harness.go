@@ -203,3 +203,44 @@ func TypeScriptClient(t testing.TB) string {
 	npmDone = true
 	return dir
 }
+
+var (
+	browserMu   sync.Mutex
+	browserDone bool
+)
+
+// BrowserTests makes sure that node, npm and Debian's chromium are there and that the
+// browser tests' dependencies are installed (npm ci in e2e/browser, once per test binary),
+// and returns that directory and the browser's path. It fails the test without them.
+func BrowserTests(t testing.TB) (dir, chromium string) {
+	t.Helper()
+	for _, tool := range []string{"node", "npm"} {
+		if _, err := exec.LookPath(tool); err != nil {
+			t.Fatalf("harness: %s is required (Node 20 or later, for the browser tests): %v", tool, err)
+		}
+	}
+	chromium, err := exec.LookPath("chromium")
+	if err != nil {
+		t.Fatalf("harness: chromium is required for the browser tests (Debian's package chromium; scripts/test-env installs it): %v", err)
+	}
+	goTool, err := exec.LookPath("go")
+	if err != nil {
+		goTool = filepath.Join(runtime.GOROOT(), "bin", "go")
+	}
+	root, err := moduleRoot(goTool)
+	if err != nil {
+		t.Fatalf("harness: %v", err)
+	}
+	dir = filepath.Join(root, "e2e", "browser")
+	browserMu.Lock()
+	defer browserMu.Unlock()
+	if _, err := os.Stat(filepath.Join(dir, "node_modules", "playwright-core")); err != nil && !browserDone {
+		cmd := exec.Command("npm", "ci", "--no-audit", "--no-fund", "--loglevel=error")
+		cmd.Dir = dir
+		if out, err := cmd.CombinedOutput(); err != nil {
+			t.Fatalf("harness: npm ci in e2e/browser: %v\n%s", err, out)
+		}
+	}
+	browserDone = true
+	return dir, chromium
+}

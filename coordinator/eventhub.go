@@ -410,8 +410,9 @@ type StreamSink interface {
 }
 
 // Stream sends job's events (every job allow accepts, when job is "") after from (nil:
-// from now) to sink, until ctx ends, the service shuts down, or sink fails. A job's stream
-// ends with ErrNotFound once the job is deleted.
+// from now) to sink, until ctx ends, the service shuts down, or sink fails. An idle stream
+// reads nothing: a job's stream stays open if the job is deleted (one created again under
+// its name goes on with it, as its checkpoint ids do).
 func (h *EventHub) Stream(ctx context.Context, job string, from *EventPosition, allow func(job string) bool, sink StreamSink, keepAlive time.Duration) error {
 	if job != "" {
 		if _, err := h.svc.GetJob(ctx, job); err != nil {
@@ -530,11 +531,6 @@ func (h *EventHub) Stream(ctx context.Context, job string, from *EventPosition, 
 		case <-h.svc.closing:
 			return nil
 		case <-ticker.C:
-			if job != "" {
-				if _, err := h.svc.store.GetJob(ctx, job); errors.Is(err, ErrNotFound) {
-					return ErrNotFound
-				}
-			}
 			if err := sink.KeepAlive(); err != nil {
 				return err
 			}

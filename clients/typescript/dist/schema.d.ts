@@ -381,7 +381,9 @@ export interface paths {
          *     the database are streamed. A stream with no `Last-Event-ID` starts from now. A
          *     client that reads too slowly to keep up (the coordinator keeps the latest 4,096
          *     events per process) is cut off, and resumes with its last id. The stream ends when
-         *     the coordinator shuts down, and a job's stream when the job is deleted.
+         *     the coordinator shuts down. An idle stream costs no database read; a job's stream
+         *     stays open if the job is deleted (a job created again under that name goes on in
+         *     it, as its checkpoint ids do).
          */
         get: operations["streamJobEvents"];
         put?: never;
@@ -426,7 +428,9 @@ export interface paths {
          *     the database are streamed. A stream with no `Last-Event-ID` starts from now. A
          *     client that reads too slowly to keep up (the coordinator keeps the latest 4,096
          *     events per process) is cut off, and resumes with its last id. The stream ends when
-         *     the coordinator shuts down, and a job's stream when the job is deleted.
+         *     the coordinator shuts down. An idle stream costs no database read; a job's stream
+         *     stays open if the job is deleted (a job created again under that name goes on in
+         *     it, as its checkpoint ids do).
          */
         get: operations["streamEvents"];
         put?: never;

@@ -827,6 +827,12 @@ type ListOpenCheckpointsParams struct {
 	Cursor *Cursor `form:"cursor,omitempty" json:"cursor,omitempty"`
 }
 
+// StreamEventsParams defines parameters for StreamEvents.
+type StreamEventsParams struct {
+	// LastEventID The `id` of the last event received, to resume after it.
+	LastEventID *string `json:"Last-Event-ID,omitempty"`
+}
+
 // ListJobsParams defines parameters for ListJobs.
 type ListJobsParams struct {
 	// Limit Page size, 1 to 1000 (default 100).
@@ -914,6 +920,12 @@ type PutVoteParams struct {
 	// committables as recorded (in a `vote_conflict`, what the first vote sent). Other
 	// preferences are ignored.
 	Prefer *PreferMinimal `json:"Prefer,omitempty"`
+}
+
+// StreamJobEventsParams defines parameters for StreamJobEvents.
+type StreamJobEventsParams struct {
+	// LastEventID The `id` of the last event received, to resume after it.
+	LastEventID *string `json:"Last-Event-ID,omitempty"`
 }
 
 // GetPendingParams defines parameters for GetPending.
@@ -1109,6 +1121,40 @@ type ClientInterface interface {
 	//
 	// Corresponds with GET /v1/checkpoints (the `ListOpenCheckpoints` operationId).
 	ListOpenCheckpoints(ctx context.Context, params *ListOpenCheckpointsParams, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// StreamEvents The checkpoint changes of every job the token may read, as they happen.
+	//
+	// As `GET /v1/jobs/{job}/events`, for every job the token may read; each checkpoint
+	// carries its `job`.
+	//
+	// Server-Sent Events (`text/event-stream`). The stream begins with a block that holds
+	// only an `id:` (the position it starts from, so that a client can resume from the
+	// start), then sends:
+	//
+	// * `event: checkpoint`, `data:` the checkpoint (the full view, as `GET
+	//   /v1/jobs/{job}/checkpoints/{id}` answers it, on one line), each time one opens,
+	//   records a vote, is decided, records an ack or completes. Changes close together
+	//   may come as one event, but a status change (opened `preparing`, `committing`,
+	//   `aborted`, `committed`) is never skipped, and comes with the checkpoint as it
+	//   stood at that change. Votes and acks recorded through another coordinator show
+	//   with the checkpoint's next status change.
+	// * `event: reset`, when the `Last-Event-ID` asked for is older than what retention
+	//   kept (`--events-retention`), with `data:` the job (`{}` on `/v1/events`): read the
+	//   current state, then follow on from this event's id.
+	// * a comment line (`: keep-alive`) at least every 15 seconds when nothing else was sent.
+	//
+	// Every event has an `id`. A client that reconnects with the header `Last-Event-ID`
+	// gets every status change after that event, none twice, in order, whichever
+	// coordinator on the database it reaches. Changes made through any coordinator on
+	// the database are streamed. A stream with no `Last-Event-ID` starts from now. A
+	// client that reads too slowly to keep up (the coordinator keeps the latest 4,096
+	// events per process) is cut off, and resumes with its last id. The stream ends when
+	// the coordinator shuts down. An idle stream costs no database read; a job's stream
+	// stays open if the job is deleted (a job created again under that name goes on in
+	// it, as its checkpoint ids do).
+	//
+	// Corresponds with GET /v1/events (the `StreamEvents` operationId).
+	StreamEvents(ctx context.Context, params *StreamEventsParams, reqEditors ...RequestEditorFn) (*http.Response, error)
 
 	// GetInfo The running build and its store.
 	//
@@ -1335,6 +1381,37 @@ type ClientInterface interface {
 	// Corresponds with PUT /v1/jobs/{job}/checkpoints/{id}/votes/{participant} (the `PutVote` operationId).
 	PutVote(ctx context.Context, job JobName, id CheckpointID, participant ParticipantName, params *PutVoteParams, body PutVoteJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error)
 
+	// StreamJobEvents The job's checkpoint changes, as they happen.
+	//
+	// Server-Sent Events (`text/event-stream`). The stream begins with a block that holds
+	// only an `id:` (the position it starts from, so that a client can resume from the
+	// start), then sends:
+	//
+	// * `event: checkpoint`, `data:` the checkpoint (the full view, as `GET
+	//   /v1/jobs/{job}/checkpoints/{id}` answers it, on one line), each time one opens,
+	//   records a vote, is decided, records an ack or completes. Changes close together
+	//   may come as one event, but a status change (opened `preparing`, `committing`,
+	//   `aborted`, `committed`) is never skipped, and comes with the checkpoint as it
+	//   stood at that change. Votes and acks recorded through another coordinator show
+	//   with the checkpoint's next status change.
+	// * `event: reset`, when the `Last-Event-ID` asked for is older than what retention
+	//   kept (`--events-retention`), with `data:` the job (`{}` on `/v1/events`): read the
+	//   current state, then follow on from this event's id.
+	// * a comment line (`: keep-alive`) at least every 15 seconds when nothing else was sent.
+	//
+	// Every event has an `id`. A client that reconnects with the header `Last-Event-ID`
+	// gets every status change after that event, none twice, in order, whichever
+	// coordinator on the database it reaches. Changes made through any coordinator on
+	// the database are streamed. A stream with no `Last-Event-ID` starts from now. A
+	// client that reads too slowly to keep up (the coordinator keeps the latest 4,096
+	// events per process) is cut off, and resumes with its last id. The stream ends when
+	// the coordinator shuts down. An idle stream costs no database read; a job's stream
+	// stays open if the job is deleted (a job created again under that name goes on in
+	// it, as its checkpoint ids do).
+	//
+	// Corresponds with GET /v1/jobs/{job}/events (the `StreamJobEvents` operationId).
+	StreamJobEvents(ctx context.Context, job JobName, params *StreamJobEventsParams, reqEditors ...RequestEditorFn) (*http.Response, error)
+
 	// ListParticipants Each participant of the job at a glance.
 	//
 	// Each participant of the job's configuration, in its order: its epoch (0 if it never
@@ -1554,6 +1631,50 @@ func (c *Client) ListAudit(ctx context.Context, params *ListAuditParams, reqEdit
 // Corresponds with GET /v1/checkpoints (the `ListOpenCheckpoints` operationId).
 func (c *Client) ListOpenCheckpoints(ctx context.Context, params *ListOpenCheckpointsParams, reqEditors ...RequestEditorFn) (*http.Response, error) {
 	req, err := NewListOpenCheckpointsRequest(c.Server, params)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// StreamEvents The checkpoint changes of every job the token may read, as they happen.
+//
+// As `GET /v1/jobs/{job}/events`, for every job the token may read; each checkpoint
+// carries its `job`.
+//
+// Server-Sent Events (`text/event-stream`). The stream begins with a block that holds
+// only an `id:` (the position it starts from, so that a client can resume from the
+// start), then sends:
+//
+//   - `event: checkpoint`, `data:` the checkpoint (the full view, as `GET
+//     /v1/jobs/{job}/checkpoints/{id}` answers it, on one line), each time one opens,
+//     records a vote, is decided, records an ack or completes. Changes close together
+//     may come as one event, but a status change (opened `preparing`, `committing`,
+//     `aborted`, `committed`) is never skipped, and comes with the checkpoint as it
+//     stood at that change. Votes and acks recorded through another coordinator show
+//     with the checkpoint's next status change.
+//   - `event: reset`, when the `Last-Event-ID` asked for is older than what retention
+//     kept (`--events-retention`), with `data:` the job (`{}` on `/v1/events`): read the
+//     current state, then follow on from this event's id.
+//   - a comment line (`: keep-alive`) at least every 15 seconds when nothing else was sent.
+//
+// Every event has an `id`. A client that reconnects with the header `Last-Event-ID`
+// gets every status change after that event, none twice, in order, whichever
+// coordinator on the database it reaches. Changes made through any coordinator on
+// the database are streamed. A stream with no `Last-Event-ID` starts from now. A
+// client that reads too slowly to keep up (the coordinator keeps the latest 4,096
+// events per process) is cut off, and resumes with its last id. The stream ends when
+// the coordinator shuts down. An idle stream costs no database read; a job's stream
+// stays open if the job is deleted (a job created again under that name goes on in
+// it, as its checkpoint ids do).
+//
+// Corresponds with GET /v1/events (the `StreamEvents` operationId).
+func (c *Client) StreamEvents(ctx context.Context, params *StreamEventsParams, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewStreamEventsRequest(c.Server, params)
 	if err != nil {
 		return nil, err
 	}
@@ -1979,6 +2100,47 @@ func (c *Client) PutVoteWithBody(ctx context.Context, job JobName, id Checkpoint
 // Corresponds with PUT /v1/jobs/{job}/checkpoints/{id}/votes/{participant} (the `PutVote` operationId).
 func (c *Client) PutVote(ctx context.Context, job JobName, id CheckpointID, participant ParticipantName, params *PutVoteParams, body PutVoteJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error) {
 	req, err := NewPutVoteRequest(c.Server, job, id, participant, params, body)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// StreamJobEvents The job's checkpoint changes, as they happen.
+//
+// Server-Sent Events (`text/event-stream`). The stream begins with a block that holds
+// only an `id:` (the position it starts from, so that a client can resume from the
+// start), then sends:
+//
+//   - `event: checkpoint`, `data:` the checkpoint (the full view, as `GET
+//     /v1/jobs/{job}/checkpoints/{id}` answers it, on one line), each time one opens,
+//     records a vote, is decided, records an ack or completes. Changes close together
+//     may come as one event, but a status change (opened `preparing`, `committing`,
+//     `aborted`, `committed`) is never skipped, and comes with the checkpoint as it
+//     stood at that change. Votes and acks recorded through another coordinator show
+//     with the checkpoint's next status change.
+//   - `event: reset`, when the `Last-Event-ID` asked for is older than what retention
+//     kept (`--events-retention`), with `data:` the job (`{}` on `/v1/events`): read the
+//     current state, then follow on from this event's id.
+//   - a comment line (`: keep-alive`) at least every 15 seconds when nothing else was sent.
+//
+// Every event has an `id`. A client that reconnects with the header `Last-Event-ID`
+// gets every status change after that event, none twice, in order, whichever
+// coordinator on the database it reaches. Changes made through any coordinator on
+// the database are streamed. A stream with no `Last-Event-ID` starts from now. A
+// client that reads too slowly to keep up (the coordinator keeps the latest 4,096
+// events per process) is cut off, and resumes with its last id. The stream ends when
+// the coordinator shuts down. An idle stream costs no database read; a job's stream
+// stays open if the job is deleted (a job created again under that name goes on in
+// it, as its checkpoint ids do).
+//
+// Corresponds with GET /v1/jobs/{job}/events (the `StreamJobEvents` operationId).
+func (c *Client) StreamJobEvents(ctx context.Context, job JobName, params *StreamJobEventsParams, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewStreamJobEventsRequest(c.Server, job, params)
 	if err != nil {
 		return nil, err
 	}
@@ -2484,6 +2646,48 @@ func NewListOpenCheckpointsRequest(server string, params *ListOpenCheckpointsPar
 	req, err := http.NewRequest(http.MethodGet, queryURL.String(), nil)
 	if err != nil {
 		return nil, err
+	}
+
+	return req, nil
+}
+
+// NewStreamEventsRequest constructs an http.Request for the StreamEvents method
+func NewStreamEventsRequest(server string, params *StreamEventsParams) (*http.Request, error) {
+	var err error
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/v1/events")
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	req, err := http.NewRequest(http.MethodGet, queryURL.String(), nil)
+	if err != nil {
+		return nil, err
+	}
+
+	if params != nil {
+
+		if params.LastEventID != nil {
+			var headerParam0 string
+
+			headerParam0, err = runtime.StyleParamWithOptions("simple", false, "Last-Event-ID", *params.LastEventID, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationHeader, Type: "string", Format: ""})
+			if err != nil {
+				return nil, err
+			}
+
+			req.Header.Set("Last-Event-ID", headerParam0)
+		}
+
 	}
 
 	return req, nil
@@ -3280,6 +3484,55 @@ func NewPutVoteRequestWithBody(server string, job JobName, id CheckpointID, part
 	return req, nil
 }
 
+// NewStreamJobEventsRequest constructs an http.Request for the StreamJobEvents method
+func NewStreamJobEventsRequest(server string, job JobName, params *StreamJobEventsParams) (*http.Request, error) {
+	var err error
+
+	var pathParam0 string
+
+	pathParam0, err = runtime.StyleParamWithOptions("simple", false, "job", job, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
+	if err != nil {
+		return nil, err
+	}
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/v1/jobs/%s/events", pathParam0)
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	req, err := http.NewRequest(http.MethodGet, queryURL.String(), nil)
+	if err != nil {
+		return nil, err
+	}
+
+	if params != nil {
+
+		if params.LastEventID != nil {
+			var headerParam0 string
+
+			headerParam0, err = runtime.StyleParamWithOptions("simple", false, "Last-Event-ID", *params.LastEventID, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationHeader, Type: "string", Format: ""})
+			if err != nil {
+				return nil, err
+			}
+
+			req.Header.Set("Last-Event-ID", headerParam0)
+		}
+
+	}
+
+	return req, nil
+}
+
 // NewListParticipantsRequest constructs an http.Request for the ListParticipants method
 func NewListParticipantsRequest(server string, job JobName) (*http.Request, error) {
 	var err error
@@ -3742,6 +3995,42 @@ type ClientWithResponsesInterface interface {
 	// Corresponds with GET /v1/checkpoints (the `ListOpenCheckpoints` operationId).
 	ListOpenCheckpointsWithResponse(ctx context.Context, params *ListOpenCheckpointsParams, reqEditors ...RequestEditorFn) (*ListOpenCheckpointsResponse, error)
 
+	// StreamEventsWithResponse The checkpoint changes of every job the token may read, as they happen.
+	//
+	// As `GET /v1/jobs/{job}/events`, for every job the token may read; each checkpoint
+	// carries its `job`.
+	//
+	// Server-Sent Events (`text/event-stream`). The stream begins with a block that holds
+	// only an `id:` (the position it starts from, so that a client can resume from the
+	// start), then sends:
+	//
+	// * `event: checkpoint`, `data:` the checkpoint (the full view, as `GET
+	//   /v1/jobs/{job}/checkpoints/{id}` answers it, on one line), each time one opens,
+	//   records a vote, is decided, records an ack or completes. Changes close together
+	//   may come as one event, but a status change (opened `preparing`, `committing`,
+	//   `aborted`, `committed`) is never skipped, and comes with the checkpoint as it
+	//   stood at that change. Votes and acks recorded through another coordinator show
+	//   with the checkpoint's next status change.
+	// * `event: reset`, when the `Last-Event-ID` asked for is older than what retention
+	//   kept (`--events-retention`), with `data:` the job (`{}` on `/v1/events`): read the
+	//   current state, then follow on from this event's id.
+	// * a comment line (`: keep-alive`) at least every 15 seconds when nothing else was sent.
+	//
+	// Every event has an `id`. A client that reconnects with the header `Last-Event-ID`
+	// gets every status change after that event, none twice, in order, whichever
+	// coordinator on the database it reaches. Changes made through any coordinator on
+	// the database are streamed. A stream with no `Last-Event-ID` starts from now. A
+	// client that reads too slowly to keep up (the coordinator keeps the latest 4,096
+	// events per process) is cut off, and resumes with its last id. The stream ends when
+	// the coordinator shuts down. An idle stream costs no database read; a job's stream
+	// stays open if the job is deleted (a job created again under that name goes on in
+	// it, as its checkpoint ids do).
+	//
+	// Returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with GET /v1/events (the `StreamEvents` operationId).
+	StreamEventsWithResponse(ctx context.Context, params *StreamEventsParams, reqEditors ...RequestEditorFn) (*StreamEventsResponse, error)
+
 	// GetInfoWithResponse The running build and its store.
 	//
 	// What is serving: the coordinator's version, the Go release it was built with, which
@@ -3978,6 +4267,39 @@ type ClientWithResponsesInterface interface {
 	//
 	// Corresponds with PUT /v1/jobs/{job}/checkpoints/{id}/votes/{participant} (the `PutVote` operationId).
 	PutVoteWithResponse(ctx context.Context, job JobName, id CheckpointID, participant ParticipantName, params *PutVoteParams, body PutVoteJSONRequestBody, reqEditors ...RequestEditorFn) (*PutVoteResponse, error)
+
+	// StreamJobEventsWithResponse The job's checkpoint changes, as they happen.
+	//
+	// Server-Sent Events (`text/event-stream`). The stream begins with a block that holds
+	// only an `id:` (the position it starts from, so that a client can resume from the
+	// start), then sends:
+	//
+	// * `event: checkpoint`, `data:` the checkpoint (the full view, as `GET
+	//   /v1/jobs/{job}/checkpoints/{id}` answers it, on one line), each time one opens,
+	//   records a vote, is decided, records an ack or completes. Changes close together
+	//   may come as one event, but a status change (opened `preparing`, `committing`,
+	//   `aborted`, `committed`) is never skipped, and comes with the checkpoint as it
+	//   stood at that change. Votes and acks recorded through another coordinator show
+	//   with the checkpoint's next status change.
+	// * `event: reset`, when the `Last-Event-ID` asked for is older than what retention
+	//   kept (`--events-retention`), with `data:` the job (`{}` on `/v1/events`): read the
+	//   current state, then follow on from this event's id.
+	// * a comment line (`: keep-alive`) at least every 15 seconds when nothing else was sent.
+	//
+	// Every event has an `id`. A client that reconnects with the header `Last-Event-ID`
+	// gets every status change after that event, none twice, in order, whichever
+	// coordinator on the database it reaches. Changes made through any coordinator on
+	// the database are streamed. A stream with no `Last-Event-ID` starts from now. A
+	// client that reads too slowly to keep up (the coordinator keeps the latest 4,096
+	// events per process) is cut off, and resumes with its last id. The stream ends when
+	// the coordinator shuts down. An idle stream costs no database read; a job's stream
+	// stays open if the job is deleted (a job created again under that name goes on in
+	// it, as its checkpoint ids do).
+	//
+	// Returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with GET /v1/jobs/{job}/events (the `StreamJobEvents` operationId).
+	StreamJobEventsWithResponse(ctx context.Context, job JobName, params *StreamJobEventsParams, reqEditors ...RequestEditorFn) (*StreamJobEventsResponse, error)
 
 	// ListParticipantsWithResponse Each participant of the job at a glance.
 	//
@@ -4636,6 +4958,96 @@ func (r ListOpenCheckpointsResponse) StatusCode() int {
 
 // ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
 func (r ListOpenCheckpointsResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
+// StreamEventsResponse401Headers the declared response headers of an HTTP 401 response for StreamEvents
+type StreamEventsResponse401Headers struct {
+	WWWAuthenticate *string
+}
+
+// StreamEventsResponse503Headers the declared response headers of an HTTP 503 response for StreamEvents
+type StreamEventsResponse503Headers struct {
+	RetryAfter *int
+}
+
+// StreamEventsResponseDefaultHeaders the declared response headers of an HTTP default response for StreamEvents
+type StreamEventsResponseDefaultHeaders struct {
+	RetryAfter *int
+}
+
+type StreamEventsResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// ApplicationproblemJSON400 the response for an HTTP 400 `application/problem+json` response
+	ApplicationproblemJSON400 *BadRequest
+	// ApplicationproblemJSON401 the response for an HTTP 401 `application/problem+json` response
+	ApplicationproblemJSON401 *Unauthenticated
+	// ApplicationproblemJSON403 the response for an HTTP 403 `application/problem+json` response
+	ApplicationproblemJSON403 *Forbidden
+	// ApplicationproblemJSON503 the response for an HTTP 503 `application/problem+json` response
+	ApplicationproblemJSON503 *Unavailable
+	// ApplicationproblemJSONDefault the response for an HTTP default `application/problem+json` response
+	ApplicationproblemJSONDefault *Problem
+	// Headers401 the parsed response headers for an HTTP 401 response
+	Headers401 *StreamEventsResponse401Headers
+	// Headers503 the parsed response headers for an HTTP 503 response
+	Headers503 *StreamEventsResponse503Headers
+	// HeadersDefault the parsed response headers for an HTTP default response
+	HeadersDefault *StreamEventsResponseDefaultHeaders
+}
+
+// GetApplicationproblemJSON400 returns the response for an HTTP 400 `application/problem+json` response
+func (r StreamEventsResponse) GetApplicationproblemJSON400() *BadRequest {
+	return r.ApplicationproblemJSON400
+}
+
+// GetApplicationproblemJSON401 returns the response for an HTTP 401 `application/problem+json` response
+func (r StreamEventsResponse) GetApplicationproblemJSON401() *Unauthenticated {
+	return r.ApplicationproblemJSON401
+}
+
+// GetApplicationproblemJSON403 returns the response for an HTTP 403 `application/problem+json` response
+func (r StreamEventsResponse) GetApplicationproblemJSON403() *Forbidden {
+	return r.ApplicationproblemJSON403
+}
+
+// GetApplicationproblemJSON503 returns the response for an HTTP 503 `application/problem+json` response
+func (r StreamEventsResponse) GetApplicationproblemJSON503() *Unavailable {
+	return r.ApplicationproblemJSON503
+}
+
+// GetApplicationproblemJSONDefault returns the response for an HTTP default `application/problem+json` response
+func (r StreamEventsResponse) GetApplicationproblemJSONDefault() *Problem {
+	return r.ApplicationproblemJSONDefault
+}
+
+// GetBody returns the raw response body bytes
+func (r StreamEventsResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r StreamEventsResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r StreamEventsResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r StreamEventsResponse) ContentType() string {
 	if r.HTTPResponse != nil {
 		return r.HTTPResponse.Header.Get("Content-Type")
 	}
@@ -6148,6 +6560,103 @@ func (r PutVoteResponse) ContentType() string {
 	return ""
 }
 
+// StreamJobEventsResponse401Headers the declared response headers of an HTTP 401 response for StreamJobEvents
+type StreamJobEventsResponse401Headers struct {
+	WWWAuthenticate *string
+}
+
+// StreamJobEventsResponse503Headers the declared response headers of an HTTP 503 response for StreamJobEvents
+type StreamJobEventsResponse503Headers struct {
+	RetryAfter *int
+}
+
+// StreamJobEventsResponseDefaultHeaders the declared response headers of an HTTP default response for StreamJobEvents
+type StreamJobEventsResponseDefaultHeaders struct {
+	RetryAfter *int
+}
+
+type StreamJobEventsResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// ApplicationproblemJSON400 the response for an HTTP 400 `application/problem+json` response
+	ApplicationproblemJSON400 *BadRequest
+	// ApplicationproblemJSON401 the response for an HTTP 401 `application/problem+json` response
+	ApplicationproblemJSON401 *Unauthenticated
+	// ApplicationproblemJSON403 the response for an HTTP 403 `application/problem+json` response
+	ApplicationproblemJSON403 *Forbidden
+	// ApplicationproblemJSON404 the response for an HTTP 404 `application/problem+json` response
+	ApplicationproblemJSON404 *NotFound
+	// ApplicationproblemJSON503 the response for an HTTP 503 `application/problem+json` response
+	ApplicationproblemJSON503 *Unavailable
+	// ApplicationproblemJSONDefault the response for an HTTP default `application/problem+json` response
+	ApplicationproblemJSONDefault *Problem
+	// Headers401 the parsed response headers for an HTTP 401 response
+	Headers401 *StreamJobEventsResponse401Headers
+	// Headers503 the parsed response headers for an HTTP 503 response
+	Headers503 *StreamJobEventsResponse503Headers
+	// HeadersDefault the parsed response headers for an HTTP default response
+	HeadersDefault *StreamJobEventsResponseDefaultHeaders
+}
+
+// GetApplicationproblemJSON400 returns the response for an HTTP 400 `application/problem+json` response
+func (r StreamJobEventsResponse) GetApplicationproblemJSON400() *BadRequest {
+	return r.ApplicationproblemJSON400
+}
+
+// GetApplicationproblemJSON401 returns the response for an HTTP 401 `application/problem+json` response
+func (r StreamJobEventsResponse) GetApplicationproblemJSON401() *Unauthenticated {
+	return r.ApplicationproblemJSON401
+}
+
+// GetApplicationproblemJSON403 returns the response for an HTTP 403 `application/problem+json` response
+func (r StreamJobEventsResponse) GetApplicationproblemJSON403() *Forbidden {
+	return r.ApplicationproblemJSON403
+}
+
+// GetApplicationproblemJSON404 returns the response for an HTTP 404 `application/problem+json` response
+func (r StreamJobEventsResponse) GetApplicationproblemJSON404() *NotFound {
+	return r.ApplicationproblemJSON404
+}
+
+// GetApplicationproblemJSON503 returns the response for an HTTP 503 `application/problem+json` response
+func (r StreamJobEventsResponse) GetApplicationproblemJSON503() *Unavailable {
+	return r.ApplicationproblemJSON503
+}
+
+// GetApplicationproblemJSONDefault returns the response for an HTTP default `application/problem+json` response
+func (r StreamJobEventsResponse) GetApplicationproblemJSONDefault() *Problem {
+	return r.ApplicationproblemJSONDefault
+}
+
+// GetBody returns the raw response body bytes
+func (r StreamJobEventsResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r StreamJobEventsResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r StreamJobEventsResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r StreamJobEventsResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
 // ListParticipantsResponse401Headers the declared response headers of an HTTP 401 response for ListParticipants
 type ListParticipantsResponse401Headers struct {
 	WWWAuthenticate *string
@@ -7014,6 +7523,48 @@ func (c *ClientWithResponses) ListOpenCheckpointsWithResponse(ctx context.Contex
 	return ParseListOpenCheckpointsResponse(rsp)
 }
 
+// StreamEventsWithResponse The checkpoint changes of every job the token may read, as they happen.
+//
+// As `GET /v1/jobs/{job}/events`, for every job the token may read; each checkpoint
+// carries its `job`.
+//
+// Server-Sent Events (`text/event-stream`). The stream begins with a block that holds
+// only an `id:` (the position it starts from, so that a client can resume from the
+// start), then sends:
+//
+//   - `event: checkpoint`, `data:` the checkpoint (the full view, as `GET
+//     /v1/jobs/{job}/checkpoints/{id}` answers it, on one line), each time one opens,
+//     records a vote, is decided, records an ack or completes. Changes close together
+//     may come as one event, but a status change (opened `preparing`, `committing`,
+//     `aborted`, `committed`) is never skipped, and comes with the checkpoint as it
+//     stood at that change. Votes and acks recorded through another coordinator show
+//     with the checkpoint's next status change.
+//   - `event: reset`, when the `Last-Event-ID` asked for is older than what retention
+//     kept (`--events-retention`), with `data:` the job (`{}` on `/v1/events`): read the
+//     current state, then follow on from this event's id.
+//   - a comment line (`: keep-alive`) at least every 15 seconds when nothing else was sent.
+//
+// Every event has an `id`. A client that reconnects with the header `Last-Event-ID`
+// gets every status change after that event, none twice, in order, whichever
+// coordinator on the database it reaches. Changes made through any coordinator on
+// the database are streamed. A stream with no `Last-Event-ID` starts from now. A
+// client that reads too slowly to keep up (the coordinator keeps the latest 4,096
+// events per process) is cut off, and resumes with its last id. The stream ends when
+// the coordinator shuts down. An idle stream costs no database read; a job's stream
+// stays open if the job is deleted (a job created again under that name goes on in
+// it, as its checkpoint ids do).
+//
+// Returns a wrapper object for the known response body format(s).
+//
+// Corresponds with GET /v1/events (the `StreamEvents` operationId).
+func (c *ClientWithResponses) StreamEventsWithResponse(ctx context.Context, params *StreamEventsParams, reqEditors ...RequestEditorFn) (*StreamEventsResponse, error) {
+	rsp, err := c.StreamEvents(ctx, params, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseStreamEventsResponse(rsp)
+}
+
 // GetInfoWithResponse The running build and its store.
 //
 // What is serving: the coordinator's version, the Go release it was built with, which
@@ -7369,6 +7920,45 @@ func (c *ClientWithResponses) PutVoteWithResponse(ctx context.Context, job JobNa
 		return nil, err
 	}
 	return ParsePutVoteResponse(rsp)
+}
+
+// StreamJobEventsWithResponse The job's checkpoint changes, as they happen.
+//
+// Server-Sent Events (`text/event-stream`). The stream begins with a block that holds
+// only an `id:` (the position it starts from, so that a client can resume from the
+// start), then sends:
+//
+//   - `event: checkpoint`, `data:` the checkpoint (the full view, as `GET
+//     /v1/jobs/{job}/checkpoints/{id}` answers it, on one line), each time one opens,
+//     records a vote, is decided, records an ack or completes. Changes close together
+//     may come as one event, but a status change (opened `preparing`, `committing`,
+//     `aborted`, `committed`) is never skipped, and comes with the checkpoint as it
+//     stood at that change. Votes and acks recorded through another coordinator show
+//     with the checkpoint's next status change.
+//   - `event: reset`, when the `Last-Event-ID` asked for is older than what retention
+//     kept (`--events-retention`), with `data:` the job (`{}` on `/v1/events`): read the
+//     current state, then follow on from this event's id.
+//   - a comment line (`: keep-alive`) at least every 15 seconds when nothing else was sent.
+//
+// Every event has an `id`. A client that reconnects with the header `Last-Event-ID`
+// gets every status change after that event, none twice, in order, whichever
+// coordinator on the database it reaches. Changes made through any coordinator on
+// the database are streamed. A stream with no `Last-Event-ID` starts from now. A
+// client that reads too slowly to keep up (the coordinator keeps the latest 4,096
+// events per process) is cut off, and resumes with its last id. The stream ends when
+// the coordinator shuts down. An idle stream costs no database read; a job's stream
+// stays open if the job is deleted (a job created again under that name goes on in
+// it, as its checkpoint ids do).
+//
+// Returns a wrapper object for the known response body format(s).
+//
+// Corresponds with GET /v1/jobs/{job}/events (the `StreamJobEvents` operationId).
+func (c *ClientWithResponses) StreamJobEventsWithResponse(ctx context.Context, job JobName, params *StreamJobEventsParams, reqEditors ...RequestEditorFn) (*StreamJobEventsResponse, error) {
+	rsp, err := c.StreamJobEvents(ctx, job, params, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseStreamJobEventsResponse(rsp)
 }
 
 // ListParticipantsWithResponse Each participant of the job at a glance.
@@ -8026,6 +8616,93 @@ func ParseListOpenCheckpointsResponse(rsp *http.Response) (*ListOpenCheckpointsR
 		response.Headers503 = &headers
 	case true:
 		var headers ListOpenCheckpointsResponseDefaultHeaders
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = &value
+		}
+		response.HeadersDefault = &headers
+	}
+
+	return response, nil
+}
+
+// ParseStreamEventsResponse parses an HTTP response from a StreamEventsWithResponse call
+func ParseStreamEventsResponse(rsp *http.Response) (*StreamEventsResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &StreamEventsResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 400:
+		var dest BadRequest
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON400 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
+		var dest Unauthenticated
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 403:
+		var dest Forbidden
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON403 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 503:
+		var dest Unavailable
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON503 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && true:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSONDefault = &dest
+
+	}
+
+	switch {
+	case rsp.StatusCode == 401:
+		var headers StreamEventsResponse401Headers
+		if values := rsp.Header.Values("WWW-Authenticate"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "WWW-Authenticate", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.WWWAuthenticate = &value
+		}
+		response.Headers401 = &headers
+	case rsp.StatusCode == 503:
+		var headers StreamEventsResponse503Headers
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = &value
+		}
+		response.Headers503 = &headers
+	case true:
+		var headers StreamEventsResponseDefaultHeaders
 		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
 			var value int
 			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "integer", Format: ""}); err != nil {
@@ -9493,6 +10170,100 @@ func ParsePutVoteResponse(rsp *http.Response) (*PutVoteResponse, error) {
 		response.Headers503 = &headers
 	case true:
 		var headers PutVoteResponseDefaultHeaders
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = &value
+		}
+		response.HeadersDefault = &headers
+	}
+
+	return response, nil
+}
+
+// ParseStreamJobEventsResponse parses an HTTP response from a StreamJobEventsWithResponse call
+func ParseStreamJobEventsResponse(rsp *http.Response) (*StreamJobEventsResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &StreamJobEventsResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 400:
+		var dest BadRequest
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON400 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
+		var dest Unauthenticated
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 403:
+		var dest Forbidden
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON403 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 404:
+		var dest NotFound
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON404 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 503:
+		var dest Unavailable
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON503 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && true:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSONDefault = &dest
+
+	}
+
+	switch {
+	case rsp.StatusCode == 401:
+		var headers StreamJobEventsResponse401Headers
+		if values := rsp.Header.Values("WWW-Authenticate"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "WWW-Authenticate", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.WWWAuthenticate = &value
+		}
+		response.Headers401 = &headers
+	case rsp.StatusCode == 503:
+		var headers StreamJobEventsResponse503Headers
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = &value
+		}
+		response.Headers503 = &headers
+	case true:
+		var headers StreamJobEventsResponseDefaultHeaders
 		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
 			var value int
 			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "integer", Format: ""}); err != nil {

@@ -38,6 +38,9 @@ func follow(t *testing.T, c *harness.Coordinator, path, lastID string) *sse {
 	if lastID != "" {
 		req.Header.Set("Last-Event-ID", lastID)
 	}
+	if c.AdminToken != "" {
+		req.Header.Set("Authorization", "Bearer "+c.AdminToken)
+	}
 	resp, err := (&http.Client{}).Do(req)
 	if err != nil {
 		cancel()
@@ -49,30 +52,33 @@ func follow(t *testing.T, c *harness.Coordinator, path, lastID string) *sse {
 		t.Fatalf("GET %s: %d %s", path, resp.StatusCode, body)
 	}
 	s := &sse{t: t, events: make(chan sseEvent, 10000), cancel: cancel}
-	go func() {
-		defer close(s.events)
-		defer resp.Body.Close()
-		sc := bufio.NewScanner(resp.Body)
-		sc.Buffer(nil, 1<<20)
-		var e sseEvent
-		for sc.Scan() {
-			switch line := sc.Text(); {
-			case line == "":
-				if e.data != "" {
-					s.events <- e
-				}
-				e = sseEvent{}
-			case strings.HasPrefix(line, "id: "):
-				e.id = line[4:]
-			case strings.HasPrefix(line, "event: "):
-				e.event = line[7:]
-			case strings.HasPrefix(line, "data: "):
-				e.data = line[6:]
-			}
-		}
-	}()
+	go readEvents(resp, s.events)
 	t.Cleanup(cancel)
 	return s
+}
+
+// readEvents reads the events of resp into events, closed when the stream ends.
+func readEvents(resp *http.Response, events chan<- sseEvent) {
+	defer close(events)
+	defer resp.Body.Close()
+	sc := bufio.NewScanner(resp.Body)
+	sc.Buffer(nil, 1<<20)
+	var e sseEvent
+	for sc.Scan() {
+		switch line := sc.Text(); {
+		case line == "":
+			if e.data != "" {
+				events <- e
+			}
+			e = sseEvent{}
+		case strings.HasPrefix(line, "id: "):
+			e.id = line[4:]
+		case strings.HasPrefix(line, "event: "):
+			e.event = line[7:]
+		case strings.HasPrefix(line, "data: "):
+			e.data = line[6:]
+		}
+	}
 }
 
 // changes reads events until want status changes were seen (an event whose checkpoint's

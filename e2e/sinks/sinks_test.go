@@ -2,6 +2,7 @@ package sinks_test
 
 import (
 	"context"
+	"database/sql"
 	"encoding/json"
 	"errors"
 	"log/slog"
@@ -111,6 +112,41 @@ func pgFixture(t *testing.T, cluster *harness.Cluster) *fixture[sinks.PGCommitta
 	return fx
 }
 
+func mariaDBFixture(t *testing.T) *fixture[sinks.MariaDBCommittable] {
+	coord, _ := coordinatorFor(t)
+	ctx := context.Background()
+	db, err := sql.Open("mysql", harness.MariaDB(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { db.Close() })
+	var last *sinks.MariaDBSink
+	fx := &fixture[sinks.MariaDBCommittable]{coord: coord}
+	fx.newSink = func(job, name string, in sinks.Input) sink[sinks.MariaDBCommittable] {
+		s := &sinks.MariaDBSink{DB: db, Coordinator: coord, Job: job, Name: name, Table: "events", Input: in}
+		if err := s.Setup(ctx); err != nil {
+			t.Fatal(err)
+		}
+		last = s
+		return s
+	}
+	fx.held = func(t *testing.T) []sinks.Event {
+		ev, err := sinks.ReadMariaDB(ctx, db, "events")
+		if err != nil {
+			t.Fatal(err)
+		}
+		return ev
+	}
+	fx.leftovers = func(t *testing.T) []string {
+		xids, err := last.Prepared(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return xids
+	}
+	return fx
+}
+
 func fileFixture(t *testing.T) *fixture[sinks.FileCommittable] {
 	coord, _ := coordinatorFor(t)
 	dir := t.TempDir()
@@ -157,6 +193,17 @@ func TestPGSink(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
 			tc.run(t, pgFixture(t, cluster))
+		})
+	}
+}
+
+// TestMariaDBSink: the sinks' tests on MariaDB, whose sink writes through XA transactions.
+func TestMariaDBSink(t *testing.T) {
+	t.Parallel()
+	for _, tc := range sinkTests[sinks.MariaDBCommittable]() {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			tc.run(t, mariaDBFixture(t))
 		})
 	}
 }

@@ -1,0 +1,340 @@
+package sinks
+
+import (
+	"context"
+	"crypto/sha256"
+	"database/sql"
+	"database/sql/driver"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"log/slog"
+	"slices"
+	"strconv"
+	"strings"
+
+	"github.com/go-sql-driver/mysql"
+
+	cc "github.com/twophase/coordinator/clients/go/coordinatorclient"
+)
+
+// MariaDBCommittable names an XA transaction of a MariaDBSink.
+type MariaDBCommittable struct {
+	// XID is the transaction's gtrid, as XA RECOVER lists it.
+	XID string `json:"xid"`
+	// Rows is how many events it holds (for humans reading the coordinator).
+	Rows int `json:"rows"`
+}
+
+// MariaDBSink writes each checkpoint's events to a MariaDB (or MySQL) table in one XA
+// transaction: XA START, the rows, XA END and XA PREPARE in phase one, XA COMMIT or XA
+// ROLLBACK in phase two. A prepared XA transaction survives the end of the session that
+// prepared it and a restart of the server (MariaDB 10.5 and later, MySQL 5.7.7 and
+// later), so the sink closes that session once prepared and any session may finish it.
+//
+// Each XA transaction also inserts its XID into twophase_sink_commits, so that a replayed
+// XA COMMIT can tell "already committed" (the row is there) from "lost" (it is not).
+//
+// On start (Recover) it reconciles XA RECOVER with the coordinator, as PGSink does with
+// pg_prepared_xacts: a prepared transaction of this sink that no pending item names
+// belongs to a process that died between XA PREPARE and its vote, or whose decision it
+// never applied.
+type MariaDBSink struct {
+	// DB is the database that receives the events (with the mysql driver). Required.
+	DB *sql.DB
+	// Coordinator is used by Recover to look checkpoints up. Required.
+	Coordinator *cc.Coordinator
+	// Job and Name are the job and this participant's name in it. Required.
+	Job, Name string
+	// Table receives the events (seq, payload, checkpoint). Required; created by Setup.
+	Table string
+	// Input hands out each checkpoint's events. Required.
+	Input Input
+	// XIDPrefix starts each XA transaction's gtrid, followed by the checkpoint id. XIDs are
+	// global to the server, so the prefix must be unique to this sink there. Empty means
+	// "<database>.<job>.<participant>.", set by Setup (hashed past 40 bytes: a gtrid has
+	// at most 64).
+	XIDPrefix string
+	// Logger; nil means no logging.
+	Logger *slog.Logger
+
+	// uncertain holds the XIDs of failed Prepare calls that sent XA PREPARE: the server
+	// may have prepared them. The next Prepare rolls them back.
+	uncertain map[string]bool
+}
+
+var (
+	_ cc.Participant[MariaDBCommittable] = (*MariaDBSink)(nil)
+	_ cc.Recoverer[MariaDBCommittable]   = (*MariaDBSink)(nil)
+)
+
+func (s *MariaDBSink) log() *slog.Logger {
+	if s.Logger == nil {
+		return slog.New(slog.DiscardHandler)
+	}
+	return s.Logger
+}
+
+// Setup creates the sink's table and the commit markers' table (InnoDB: XA needs a
+// transactional engine) if they do not exist, and sets XIDPrefix if it is empty.
+func (s *MariaDBSink) Setup(ctx context.Context) error {
+	for _, stmt := range []string{
+		"CREATE TABLE IF NOT EXISTS " + ident(s.Table) + " (seq BIGINT NOT NULL, payload TEXT NOT NULL, checkpoint BIGINT NOT NULL) ENGINE=InnoDB",
+		"CREATE TABLE IF NOT EXISTS twophase_sink_commits (xid VARCHAR(64) PRIMARY KEY, `rows` INT NOT NULL) ENGINE=InnoDB",
+	} {
+		if _, err := s.DB.ExecContext(ctx, stmt); err != nil {
+			return err
+		}
+	}
+	if s.XIDPrefix != "" {
+		return nil
+	}
+	var db string
+	if err := s.DB.QueryRowContext(ctx, "SELECT DATABASE()").Scan(&db); err != nil {
+		return err
+	}
+	s.XIDPrefix = db + "." + s.Job + "." + s.Name + "."
+	if len(s.XIDPrefix) > 40 {
+		sum := sha256.Sum256([]byte(db + "\x00" + s.Job + "\x00" + s.Name))
+		s.XIDPrefix = "tp-" + hex.EncodeToString(sum[:12]) + "."
+	}
+	return nil
+}
+
+// XID is the gtrid of checkpoint's XA transaction for this sink.
+func (s *MariaDBSink) XID(checkpoint int64) string {
+	if s.XIDPrefix == "" {
+		panic("sinks: MariaDBSink used before Setup (XIDPrefix is empty)")
+	}
+	return s.XIDPrefix + strconv.FormatInt(checkpoint, 10)
+}
+
+// Prepare writes the checkpoint's events in an XA transaction and prepares it. A
+// checkpoint without events prepares nothing. It first rolls back what earlier failed
+// Prepare calls may have left prepared.
+func (s *MariaDBSink) Prepare(ctx context.Context, checkpoint int64) ([]MariaDBCommittable, error) {
+	for xid := range s.uncertain {
+		if err := s.finish(ctx, "ROLLBACK", xid); err != nil && !unknownXID(err) {
+			return nil, fmt.Errorf("roll back %s, left by a failed prepare: %w", xid, err)
+		}
+		delete(s.uncertain, xid)
+	}
+	events, err := s.Input.Take(ctx, checkpoint)
+	if err != nil {
+		return nil, err
+	}
+	if len(events) == 0 {
+		return nil, nil
+	}
+	xid := s.XID(checkpoint)
+	conn, err := s.DB.Conn(ctx)
+	if err != nil {
+		return nil, err
+	}
+	// The session that prepared is closed, not handed back to the pool: the prepared
+	// transaction then belongs to no session, and any may commit or roll it back.
+	defer func() {
+		_ = conn.Raw(func(any) error { return driver.ErrBadConn })
+		_ = conn.Close()
+	}()
+	fail := func(what string, err error) ([]MariaDBCommittable, error) {
+		return nil, fmt.Errorf("%s checkpoint %d: %w", what, checkpoint, err)
+	}
+	if _, err := conn.ExecContext(ctx, "XA START "+quoteXID(xid)); err != nil {
+		return fail("xa start", err)
+	}
+	var b strings.Builder
+	args := make([]any, 0, 3*len(events))
+	b.WriteString("INSERT INTO " + ident(s.Table) + " (seq, payload, checkpoint) VALUES ")
+	for i, e := range events {
+		if i > 0 {
+			b.WriteString(", ")
+		}
+		b.WriteString("(?, ?, ?)")
+		args = append(args, e.Seq, e.Payload, checkpoint)
+	}
+	if _, err := conn.ExecContext(ctx, b.String(), args...); err != nil {
+		return fail("write", err)
+	}
+	if _, err := conn.ExecContext(ctx, "INSERT INTO twophase_sink_commits (xid, `rows`) VALUES (?, ?)", xid, len(events)); err != nil {
+		return fail("mark", err)
+	}
+	if _, err := conn.ExecContext(ctx, "XA END "+quoteXID(xid)); err != nil {
+		return fail("xa end", err)
+	}
+	if _, err := conn.ExecContext(ctx, "XA PREPARE "+quoteXID(xid)); err != nil {
+		if s.uncertain == nil {
+			s.uncertain = map[string]bool{}
+		}
+		s.uncertain[xid] = true
+		return fail("xa prepare", err)
+	}
+	s.log().Debug("prepared", "xid", xid, "rows", len(events))
+	return []MariaDBCommittable{{XID: xid, Rows: len(events)}}, nil
+}
+
+// finish runs XA COMMIT or XA ROLLBACK (verb) of xid in a session of its own.
+func (s *MariaDBSink) finish(ctx context.Context, verb, xid string) error {
+	_, err := s.DB.ExecContext(ctx, "XA "+verb+" "+quoteXID(xid))
+	return err
+}
+
+// Commit commits the prepared transactions. One already committed is no error; one that
+// is neither prepared nor committed was lost, a Permanent error.
+func (s *MariaDBSink) Commit(ctx context.Context, checkpoint int64, committables []MariaDBCommittable) error {
+	for _, c := range committables {
+		err := s.finish(ctx, "COMMIT", c.XID)
+		if err == nil {
+			continue
+		}
+		if !unknownXID(err) {
+			return fmt.Errorf("xa commit %s: %w", c.XID, err)
+		}
+		committed, err := s.committed(ctx, c.XID)
+		if err != nil {
+			return err
+		}
+		if !committed {
+			return cc.Permanent(fmt.Errorf("checkpoint %d: XA transaction %s is neither prepared nor committed", checkpoint, c.XID))
+		}
+	}
+	return nil
+}
+
+// Abort rolls the prepared transactions back. One already gone is no error, unless it was
+// committed: a Permanent error, since a decision cannot be reversed.
+func (s *MariaDBSink) Abort(ctx context.Context, checkpoint int64, committables []MariaDBCommittable) error {
+	for _, c := range committables {
+		err := s.finish(ctx, "ROLLBACK", c.XID)
+		if err == nil {
+			continue
+		}
+		if !unknownXID(err) {
+			return fmt.Errorf("xa rollback %s: %w", c.XID, err)
+		}
+		committed, err := s.committed(ctx, c.XID)
+		if err != nil {
+			return err
+		}
+		if committed {
+			return cc.Permanent(fmt.Errorf("checkpoint %d: abort of %s, which is committed", checkpoint, c.XID))
+		}
+	}
+	return nil
+}
+
+func (s *MariaDBSink) committed(ctx context.Context, xid string) (bool, error) {
+	var n int
+	err := s.DB.QueryRowContext(ctx, "SELECT COUNT(*) FROM twophase_sink_commits WHERE xid = ?", xid).Scan(&n)
+	return n > 0, err
+}
+
+// Prepared lists this sink's prepared XA transactions (their gtrids), from XA RECOVER.
+func (s *MariaDBSink) Prepared(ctx context.Context) ([]string, error) {
+	rows, err := s.DB.QueryContext(ctx, "XA RECOVER")
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var out []string
+	for rows.Next() {
+		var formatID, gtridLength, bqualLength int
+		var data []byte
+		if err := rows.Scan(&formatID, &gtridLength, &bqualLength, &data); err != nil {
+			return nil, err
+		}
+		if gtridLength > len(data) {
+			continue
+		}
+		if gtrid := string(data[:gtridLength]); bqualLength == 0 && strings.HasPrefix(gtrid, s.XIDPrefix) {
+			out = append(out, gtrid)
+		}
+	}
+	slices.Sort(out)
+	return out, rows.Err()
+}
+
+// Recover reconciles XA RECOVER with the coordinator: transactions that pending items name
+// are left to the Runner; each other one is committed if its checkpoint is decided commit
+// with this XID among the sink's committables, rolled back if its checkpoint is aborted or
+// never got this sink's vote with it, and left alone while its checkpoint is preparing with
+// the vote recorded.
+func (s *MariaDBSink) Recover(ctx context.Context, epoch int64, pending []cc.Item[MariaDBCommittable]) error {
+	xids, err := s.Prepared(ctx)
+	if err != nil {
+		return fmt.Errorf("xa recover: %w", err)
+	}
+	owed := map[string]bool{}
+	for _, it := range pending {
+		for _, c := range it.Committables {
+			owed[c.XID] = true
+		}
+	}
+	for _, xid := range xids {
+		if owed[xid] {
+			continue
+		}
+		id, err := strconv.ParseInt(strings.TrimPrefix(xid, s.XIDPrefix), 10, 64)
+		if err != nil {
+			s.log().Warn("XA transaction with an unexpected name, left alone", "xid", xid)
+			continue
+		}
+		cp, err := s.Coordinator.Checkpoint(ctx, s.Job, id, 0)
+		if errors.Is(err, cc.ErrNotFound) {
+			s.log().Warn("XA transaction of an unknown checkpoint, left alone", "xid", xid)
+			continue
+		}
+		if err != nil {
+			return err
+		}
+		voted := votedWith(cp, s.Name, func(raw cc.Committables) bool {
+			cs, err := cc.DecodeCommittables[MariaDBCommittable](raw)
+			return err == nil && slices.ContainsFunc(cs, func(c MariaDBCommittable) bool { return c.XID == xid })
+		})
+		switch {
+		case cp.Status == cc.Preparing && voted:
+			s.log().Info("XA transaction in doubt, waiting for the decision", "xid", xid)
+		case (cp.Status == cc.Committing || cp.Status == cc.Committed) && voted:
+			if err := s.Commit(ctx, id, []MariaDBCommittable{{XID: xid}}); err != nil {
+				return err
+			}
+			s.log().Info("recovered: committed", "xid", xid)
+		default:
+			if err := s.Abort(ctx, id, []MariaDBCommittable{{XID: xid}}); err != nil {
+				return err
+			}
+			s.log().Info("recovered: rolled back an orphan", "xid", xid, "status", cp.Status)
+		}
+	}
+	return nil
+}
+
+// ReadMariaDB returns the events a MariaDBSink's table holds (committed ones only).
+func ReadMariaDB(ctx context.Context, db *sql.DB, table string) ([]Event, error) {
+	rows, err := db.QueryContext(ctx, "SELECT seq, payload FROM "+ident(table)+" ORDER BY seq")
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var out []Event
+	for rows.Next() {
+		var e Event
+		if err := rows.Scan(&e.Seq, &e.Payload); err != nil {
+			return nil, err
+		}
+		out = append(out, e)
+	}
+	return out, rows.Err()
+}
+
+// ident quotes a MariaDB identifier.
+func ident(s string) string { return "`" + strings.ReplaceAll(s, "`", "``") + "`" }
+
+// quoteXID quotes a gtrid as a string literal.
+func quoteXID(s string) string { return "'" + strings.ReplaceAll(s, "'", "''") + "'" }
+
+// unknownXID reports error 1397 (XAER_NOTA): no XA transaction with that XID.
+func unknownXID(err error) bool {
+	var me *mysql.MySQLError
+	return errors.As(err, &me) && me.Number == 1397
+}

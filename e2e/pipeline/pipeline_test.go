@@ -2,6 +2,7 @@ package pipeline_test
 
 import (
 	"context"
+	"database/sql"
 	"errors"
 	"fmt"
 	"math/rand/v2"
@@ -81,8 +82,9 @@ func TestPipelineExactlyOnce(t *testing.T) {
 
 	server := harness.StartAuthCoordinator(t, cluster.NewDatabase(t))
 	sinkDB := cluster.NewDatabase(t)
+	mariaDSN := harness.MariaDB(t)
 	const job = "pipeline"
-	sinkNames := []string{"pg-sink", "file-sink", "py-sink", "ts-sink"}
+	sinkNames := []string{"pg-sink", "file-sink", "py-sink", "ts-sink", "mariadb-sink"}
 	participants := append([]string{"source"}, sinkNames...)
 	tokens := newTokens(t, server, job, participants)
 	client := func(token string) *cc.Coordinator {
@@ -121,6 +123,9 @@ func TestPipelineExactlyOnce(t *testing.T) {
 		}),
 		"pg-sink": worker("pg-sink", func(c *pipeline.WorkerConfig) {
 			c.Role, c.DatabaseURL, c.Table = pipeline.RolePGSink, sinkDB, "events"
+		}),
+		"mariadb-sink": worker("mariadb-sink", func(c *pipeline.WorkerConfig) {
+			c.Role, c.DatabaseURL, c.Table = pipeline.RoleMariaDBSink, mariaDSN, "events"
 		}),
 		"file-sink": worker("file-sink", func(c *pipeline.WorkerConfig) {
 			c.Role, c.Dir = pipeline.RoleFileSink, fileDir
@@ -174,11 +179,11 @@ func TestPipelineExactlyOnce(t *testing.T) {
 	// Chaos: every 0.4 to 1.6 s, one of: SIGKILL a process (source, a sink, the coordinator),
 	// crash PostgreSQL (pg_ctl stop -m immediate, holding the coordinator's and the PG
 	// sink's databases), or abort the open checkpoint after the source sent its barrier (as
-	// an operator or a failing participant would). The first eight actions are one of each,
+	// an operator or a failing participant would). The first nine actions are one of each,
 	// in random order. A participant is killed at a random moment, or, as often, in one of
 	// its two windows of doubt: after its prepared vote, before the decision; and after the
 	// decision, before its ack.
-	victims := []string{"source", "pg-sink", "file-sink", "py-sink", "ts-sink", "coordinator", "postgres", "abort"}
+	victims := []string{"source", "pg-sink", "file-sink", "py-sink", "ts-sink", "mariadb-sink", "coordinator", "postgres", "abort"}
 	order := rand.Perm(len(victims))
 	kills := map[string]int{}
 	windows := map[string]int{}
@@ -317,7 +322,23 @@ func TestPipelineExactlyOnce(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for name, held := range map[string][]sinks.Event{"pg-sink": pgEvents, "file-sink": fileEvents, "py-sink": pyEvents, "ts-sink": tsEvents} {
+	mdb, err := sql.Open("mysql", mariaDSN)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer mdb.Close()
+	mariaEvents, err := sinks.ReadMariaDB(ctx, mdb, "events")
+	if err != nil {
+		t.Fatal(err)
+	}
+	mariaSink := &sinks.MariaDBSink{DB: mdb, Job: job, Name: "mariadb-sink", Table: "events"}
+	if err := mariaSink.Setup(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if xids, err := mariaSink.Prepared(ctx); err != nil || len(xids) != 0 {
+		t.Errorf("XA transactions left prepared in MariaDB: %v (%v)", xids, err)
+	}
+	for name, held := range map[string][]sinks.Event{"pg-sink": pgEvents, "file-sink": fileEvents, "py-sink": pyEvents, "ts-sink": tsEvents, "mariadb-sink": mariaEvents} {
 		if msg := sinks.Check(held, pipelineEvents); msg != "" {
 			t.Errorf("%s: %s", name, msg)
 		} else {
@@ -344,8 +365,8 @@ func TestPipelineExactlyOnce(t *testing.T) {
 		checkNoSecrets(t, "the output of "+name, p.Output(), tokens.secret)
 	}
 	rewinds := strings.Count(procs["source"].Output(), "msg=rewound")
-	fmt.Printf("pipeline: %d events into 4 sinks (postgres, files, python, typescript); %d chaos actions in %.1fs: SIGKILL source %d, pg-sink %d, file-sink %d, py-sink %d, ts-sink %d, coordinator %d (participants in doubt %d, decided but not acked %d), postgres crashes %d, operator aborts %d; %d checkpoints (%d committed, %d aborted); %d source rewinds; %.1fs in all\n",
-		pipelineEvents, nkills, chaosDone.Seconds(), kills["source"], kills["pg-sink"], kills["file-sink"], kills["py-sink"], kills["ts-sink"], kills["coordinator"],
+	fmt.Printf("pipeline: %d events into 5 sinks (postgres, files, python, typescript, mariadb); %d chaos actions in %.1fs: SIGKILL source %d, pg-sink %d, file-sink %d, py-sink %d, ts-sink %d, mariadb-sink %d, coordinator %d (participants in doubt %d, decided but not acked %d), postgres crashes %d, operator aborts %d; %d checkpoints (%d committed, %d aborted); %d source rewinds; %.1fs in all\n",
+		pipelineEvents, nkills, chaosDone.Seconds(), kills["source"], kills["pg-sink"], kills["file-sink"], kills["py-sink"], kills["ts-sink"], kills["mariadb-sink"], kills["coordinator"],
 		windows["in doubt"], windows["decided, not acked"], kills["postgres"], kills["abort"],
 		len(cps), committedN, abortedN, rewinds, time.Since(started).Seconds())
 }

@@ -2,6 +2,7 @@ package pipeline
 
 import (
 	"context"
+	"database/sql"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -12,6 +13,7 @@ import (
 	"syscall"
 	"time"
 
+	_ "github.com/go-sql-driver/mysql" // the MariaDB sink's driver
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	cc "github.com/twophase/coordinator/clients/go/coordinatorclient"
@@ -25,9 +27,11 @@ const WorkerEnv = "PIPELINE_WORKER"
 
 // Roles of a worker.
 const (
-	RoleSource   = "source"
-	RolePGSink   = "pgsink"
-	RoleFileSink = "filesink"
+	RoleSource = "source"
+	RolePGSink = "pgsink"
+	// RoleMariaDBSink writes through MariaDB's XA transactions (DatabaseURL is a DSN).
+	RoleMariaDBSink = "mariadbsink"
+	RoleFileSink    = "filesink"
 )
 
 // WorkerConfig configures one worker process.
@@ -103,7 +107,7 @@ func runWorker(ctx context.Context, cfg WorkerConfig, log *slog.Logger) error {
 		go func() { errs <- src.Run(ctx) }()
 		go func() { errs <- cc.NewRunner(coord, cfg.Job, cfg.Name, cc.Participant[Position](src), opts).Run(ctx) }()
 		return firstError(ctx, cancel, errs, 2)
-	case RolePGSink, RoleFileSink:
+	case RolePGSink, RoleFileSink, RoleMariaDBSink:
 		in := &Inbox{Socket: cfg.Socket, Name: cfg.Name, Logger: log}
 		errs := make(chan error, 2)
 		go func() { errs <- in.Run(ctx) }()
@@ -123,6 +127,22 @@ func runWorker(ctx context.Context, cfg WorkerConfig, log *slog.Logger) error {
 			}
 			go func() {
 				errs <- cc.NewRunner(coord, cfg.Job, cfg.Name, cc.Participant[sinks.PGCommittable](sink), opts).Run(ctx)
+			}()
+		} else if cfg.Role == RoleMariaDBSink {
+			db, err := sql.Open("mysql", cfg.DatabaseURL)
+			if err != nil {
+				return err
+			}
+			defer db.Close()
+			sink := &sinks.MariaDBSink{DB: db, Coordinator: coord, Job: cfg.Job, Name: cfg.Name, Table: cfg.Table, Input: in, Logger: log}
+			for err := sink.Setup(ctx); err != nil; err = sink.Setup(ctx) {
+				log.Warn("setup failed, retrying", "error", err)
+				if sleep(ctx, 200*time.Millisecond) != nil {
+					return ctx.Err()
+				}
+			}
+			go func() {
+				errs <- cc.NewRunner(coord, cfg.Job, cfg.Name, cc.Participant[sinks.MariaDBCommittable](sink), opts).Run(ctx)
 			}()
 		} else {
 			sink := &sinks.FileSink{Dir: cfg.Dir, Coordinator: coord, Job: cfg.Job, Name: cfg.Name, Input: in, Logger: log}

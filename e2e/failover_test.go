@@ -285,3 +285,78 @@ func (c *statusCollector) check(t *testing.T, a *api, jobs ...string) {
 		t.Errorf("only %d checkpoints to check the event stream against", checked)
 	}
 }
+
+// TestFailoverAsynchronousLosesAcknowledgedWrites is the same setup with asynchronous
+// replication (synchronous_mode off), to show what it costs: the standby is made to fall a
+// second behind (its WAL receiver paused), then the whole primary node is lost and Patroni
+// promotes the standby. Writes the old primary acknowledged in that second are gone from
+// the new one: the ledger's findings are logged, and the test fails if none is found (then
+// it showed nothing). With synchronous_mode on (TestFailoverUnderPatroni) the standby
+// cannot lag behind what was acknowledged.
+func TestFailoverAsynchronousLosesAcknowledgedWrites(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs Patroni")
+	}
+	t.Parallel()
+	const requestTimeout = 2 * time.Second
+	pc := harness.StartPatroni(t, false)
+	args := []string{"--sweep-interval", "100ms", "--request-timeout", requestTimeout.String()}
+	coord := harness.StartCoordinator(t, pc.URL, args...)
+	a := newAPI(coord)
+	jobs := faultJobs("async")
+	w := newWorkload(t, []*api{a}, requestTimeout+5*time.Second, jobs...)
+	w.start()
+	time.Sleep(2 * time.Second)
+
+	leader, err := pc.WaitLeader(30 * time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var standby *harness.PatroniNode
+	for _, n := range pc.Nodes {
+		if n != leader {
+			standby = n
+		}
+	}
+	resume := standby.PauseWALReceiver()
+	time.Sleep(time.Second) // the old primary acknowledges writes the standby does not get
+	leader.KillNode()
+	resume()
+	newLeader, err := pc.WaitLeader(60 * time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if newLeader == leader {
+		t.Fatalf("%s is still the leader", leader.Name)
+	}
+	waitRecovered(t, a, 40*time.Second)
+	time.Sleep(time.Second)
+	w.stop()
+
+	rec := &recordingTB{TB: t}
+	w.ledger.verify(rec, a, jobNames(jobs)...)
+	t.Logf("asynchronous replication, the standby a second behind, the primary lost: %d findings of the ledger (acknowledged writes lost or changed, decisions seen reversed), e.g.:", len(rec.errors))
+	for i, e := range rec.errors {
+		if i == 8 {
+			break
+		}
+		t.Logf("  %s", e)
+	}
+	if len(rec.errors) == 0 {
+		t.Errorf("no acknowledged write was lost: the run showed nothing (%s)", w.ledger.stats())
+	}
+}
+
+// recordingTB records the errors reported to it instead of failing the test.
+type recordingTB struct {
+	testing.TB
+	errors []string
+}
+
+func (r *recordingTB) Helper() {}
+
+func (r *recordingTB) Error(args ...any) { r.errors = append(r.errors, fmt.Sprint(args...)) }
+
+func (r *recordingTB) Errorf(format string, args ...any) {
+	r.errors = append(r.errors, fmt.Sprintf(format, args...))
+}

@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -349,4 +350,34 @@ func (c *PatroniCluster) cleanup() {
 		}
 	}
 	_ = os.RemoveAll(c.dir)
+}
+
+// PauseWALReceiver stops (SIGSTOP) the node's WAL receiver, so that it falls behind its
+// primary; the function returned resumes it (SIGCONT). It fails the test if the node
+// receives no WAL.
+func (n *PatroniNode) PauseWALReceiver() (resume func()) {
+	pm := n.postmasterPID()
+	entries, _ := os.ReadDir("/proc")
+	for _, e := range entries {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		stat, err := os.ReadFile(filepath.Join("/proc", e.Name(), "stat"))
+		if err != nil {
+			continue
+		}
+		// pid (comm) state ppid ...: the fields after the last ')'.
+		fields := strings.Fields(string(stat[strings.LastIndexByte(string(stat), ')')+1:]))
+		if len(fields) < 2 || fields[1] != strconv.Itoa(pm) {
+			continue
+		}
+		cmdline, _ := os.ReadFile(filepath.Join("/proc", e.Name(), "cmdline"))
+		if strings.Contains(string(cmdline), "walreceiver") {
+			_ = syscall.Kill(pid, syscall.SIGSTOP)
+			return func() { _ = syscall.Kill(pid, syscall.SIGCONT) }
+		}
+	}
+	n.c.t.Fatalf("harness: %s has no WAL receiver", n.Name)
+	return nil
 }

@@ -196,8 +196,9 @@ test("the overview of 1,000 jobs", async () => {
   await page.goto(`${MANY}/ui/`);
   await page.locator("tr[data-job]").first().waitFor();
   const firstScreen = Date.now() - start;
+  const inPage = await page.evaluate(() => Math.round(performance.now()));
   assert.match(await page.locator(".summary").innerText(), /1000 jobs/);
-  console.log(`# 1,000 jobs: first screen in ${firstScreen} ms (navigation to the first rows drawn)`);
+  console.log(`# 1,000 jobs: first screen in ${firstScreen} ms from the test's navigation to the rows seen, ${inPage} ms by the page's own clock`);
   await page.screenshot({ path: join(SHOTS, "many.png") });
   check();
   await context.close();

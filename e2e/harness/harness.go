@@ -214,6 +214,7 @@ var (
 // and returns that directory and the browser's path. It fails the test without them.
 func BrowserTests(t testing.TB) (dir, chromium string) {
 	t.Helper()
+	skipShort(t, "drives a browser")
 	for _, tool := range []string{"node", "npm"} {
 		if _, err := exec.LookPath(tool); err != nil {
 			t.Fatalf("harness: %s is required (Node 20 or later, for the browser tests): %v", tool, err)

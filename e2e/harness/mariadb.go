@@ -28,6 +28,7 @@ func MariaDBServer() string {
 // its DSN.
 func MariaDB(t testing.TB) string {
 	t.Helper()
+	skipShort(t, "uses a MariaDB server")
 	server := MariaDBServer()
 	admin, err := sql.Open("mysql", server)
 	if err != nil {

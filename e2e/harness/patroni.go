@@ -50,6 +50,7 @@ type PatroniNode struct {
 // 1 streams from it (and, with synchronous, is its synchronous standby).
 func StartPatroni(t testing.TB, synchronous bool) *PatroniCluster {
 	t.Helper()
+	skipShort(t, "runs Patroni, etcd and PostgreSQL")
 	for _, tool := range []string{"patroni", "etcd"} {
 		if _, err := exec.LookPath(tool); err != nil {
 			t.Fatalf("harness: %s is required (Debian's patroni and etcd-server; scripts/test-env installs them): %v", tool, err)

@@ -61,6 +61,9 @@ type MariaDBSink struct {
 	// uncertain holds the XIDs of failed Prepare calls that sent XA PREPARE: the server
 	// may have prepared them. The next Prepare rolls them back.
 	uncertain map[string]bool
+	// afterPrepare, when set (by tests), runs after XA PREPARE succeeded, while the
+	// preparing session is still open; its error fails Prepare as a lost answer would.
+	afterPrepare func(xid string) error
 }
 
 var (
@@ -114,7 +117,11 @@ func (s *MariaDBSink) XID(checkpoint int64) string {
 // Prepare calls may have left prepared.
 func (s *MariaDBSink) Prepare(ctx context.Context, checkpoint int64) ([]MariaDBCommittable, error) {
 	for xid := range s.uncertain {
-		if err := s.finish(ctx, "ROLLBACK", xid); err != nil && !unknownXID(err) {
+		err := s.finish(ctx, "ROLLBACK", xid)
+		if err != nil && unknownXID(err) {
+			err = s.stillPrepared(ctx, xid)
+		}
+		if err != nil {
 			return nil, fmt.Errorf("roll back %s, left by a failed prepare: %w", xid, err)
 		}
 		delete(s.uncertain, xid)
@@ -162,7 +169,11 @@ func (s *MariaDBSink) Prepare(ctx context.Context, checkpoint int64) ([]MariaDBC
 	if _, err := conn.ExecContext(ctx, "XA END "+quoteXID(xid)); err != nil {
 		return fail("xa end", err)
 	}
-	if _, err := conn.ExecContext(ctx, "XA PREPARE "+quoteXID(xid)); err != nil {
+	_, err = conn.ExecContext(ctx, "XA PREPARE "+quoteXID(xid))
+	if err == nil && s.afterPrepare != nil {
+		err = s.afterPrepare(xid)
+	}
+	if err != nil {
 		if s.uncertain == nil {
 			s.uncertain = map[string]bool{}
 		}
@@ -194,9 +205,13 @@ func (s *MariaDBSink) Commit(ctx context.Context, checkpoint int64, committables
 		if err != nil {
 			return err
 		}
-		if !committed {
-			return cc.Permanent(fmt.Errorf("checkpoint %d: XA transaction %s is neither prepared nor committed", checkpoint, c.XID))
+		if committed {
+			continue
 		}
+		if err := s.stillPrepared(ctx, c.XID); err != nil {
+			return err
+		}
+		return cc.Permanent(fmt.Errorf("checkpoint %d: XA transaction %s is neither prepared nor committed", checkpoint, c.XID))
 	}
 	return nil
 }
@@ -219,6 +234,23 @@ func (s *MariaDBSink) Abort(ctx context.Context, checkpoint int64, committables 
 		if committed {
 			return cc.Permanent(fmt.Errorf("checkpoint %d: abort of %s, which is committed", checkpoint, c.XID))
 		}
+		if err := s.stillPrepared(ctx, c.XID); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// stillPrepared returns an error (one to retry) if xid, which XA COMMIT or XA ROLLBACK
+// just called unknown (1397), is listed by XA RECOVER: MariaDB answers so while the
+// transaction is still attached to the session that prepared it, which is going away.
+func (s *MariaDBSink) stillPrepared(ctx context.Context, xid string) error {
+	xids, err := s.Prepared(ctx)
+	if err != nil {
+		return err
+	}
+	if slices.Contains(xids, xid) {
+		return fmt.Errorf("XA transaction %s is still attached to the session that prepared it", xid)
 	}
 	return nil
 }

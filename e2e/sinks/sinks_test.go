@@ -514,3 +514,40 @@ func TestPGSinkRollsBackUncertainPrepare(t *testing.T) {
 		t.Errorf("holds %v, want events 11..20 of checkpoint 2 only", held)
 	}
 }
+
+// An XA COMMIT or XA ROLLBACK that comes while the session that prepared the transaction
+// is still open gets "unknown XID" (1397) although XA RECOVER lists it: the sink answers an
+// error to retry, never "lost" or "already rolled back", and the commit succeeds once the
+// session is gone.
+func TestMariaDBSinkWaitsForThePreparingSession(t *testing.T) {
+	t.Parallel()
+	fx := mariaDBFixture(t)
+	ctx := context.Background()
+	s := fx.newSink("j", "sink", tenPer).(*sinks.MariaDBSink)
+	var commitErr, abortErr error
+	sinks.SetAfterXAPrepare(s, func(xid string) error {
+		commitErr = s.Commit(ctx, 1, []sinks.MariaDBCommittable{{XID: xid}})
+		abortErr = s.Abort(ctx, 1, []sinks.MariaDBCommittable{{XID: xid}})
+		return nil
+	})
+	cs, err := s.Prepare(ctx, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var perm *cc.PermanentError
+	for what, err := range map[string]error{"commit": commitErr, "abort": abortErr} {
+		if err == nil || errors.As(err, &perm) {
+			t.Errorf("%s while the preparing session is open: %v, want an error to retry", what, err)
+		}
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for s.Commit(ctx, 1, cs) != nil {
+		if time.Now().After(deadline) {
+			t.Fatal("the commit did not succeed within 10 s of the preparing session's end")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if held := fx.held(t); len(held) != 10 {
+		t.Errorf("holds %d events after the commit, want 10", len(held))
+	}
+}

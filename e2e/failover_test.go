@@ -287,9 +287,10 @@ func (c *statusCollector) check(t *testing.T, a *api, jobs ...string) {
 }
 
 // TestFailoverAsynchronousLosesAcknowledgedWrites is the same setup with asynchronous
-// replication (synchronous_mode off), to show what it costs: the standby is made to fall a
-// second behind (its WAL receiver paused), then the whole primary node is lost and Patroni
-// promotes the standby. Writes the old primary acknowledged in that second are gone from
+// replication (synchronous_mode off), to show what it costs: the standby is made to fall
+// behind (its WAL receiver paused while the primary acknowledges at least ten votes and
+// acks), then the whole primary node is lost and Patroni
+// promotes the standby. Writes the old primary acknowledged meanwhile are gone from
 // the new one: the ledger's findings are logged, and the test fails if none is found (then
 // it showed nothing). With synchronous_mode on (TestFailoverUnderPatroni) the standby
 // cannot lag behind what was acknowledged.
@@ -318,8 +319,19 @@ func TestFailoverAsynchronousLosesAcknowledgedWrites(t *testing.T) {
 			standby = n
 		}
 	}
+	// The old primary acknowledges writes the standby does not get: at least ten votes
+	// and acks after the pause, however slowly the machine runs.
+	_, votes0, acks0, _ := w.ledger.counts()
 	resume := standby.PauseWALReceiver()
-	time.Sleep(time.Second) // the old primary acknowledges writes the standby does not get
+	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		if _, votes, acks, _ := w.ledger.counts(); votes+acks >= votes0+acks0+10 {
+			break
+		}
+		if time.Now().After(deadline) {
+			resume()
+			t.Fatalf("fewer than ten votes and acks acknowledged in 30 s: %s", w.ledger.stats())
+		}
+	}
 	leader.KillNode()
 	resume()
 	newLeader, err := pc.WaitLeader(60 * time.Second)
@@ -335,7 +347,7 @@ func TestFailoverAsynchronousLosesAcknowledgedWrites(t *testing.T) {
 
 	rec := &recordingTB{TB: t}
 	w.ledger.verify(rec, a, jobNames(jobs)...)
-	t.Logf("asynchronous replication, the standby a second behind, the primary lost: %d findings of the ledger (acknowledged writes lost or changed, decisions seen reversed), e.g.:", len(rec.errors))
+	t.Logf("asynchronous replication, the standby behind by ten votes and acks or more, the primary lost: %d findings of the ledger (acknowledged writes lost or changed, decisions seen reversed), e.g.:", len(rec.errors))
 	for i, e := range rec.errors {
 		if i == 8 {
 			break

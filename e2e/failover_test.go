@@ -131,25 +131,7 @@ func TestFailoverUnderPatroni(t *testing.T) {
 		a.mustDo(t, "POST", cpPath("probe", id)+"/abort", `{"reason":"the long-poll probes are done"}`, http.StatusOK, nil)
 	}
 	last := a.prepare(t, "probe", "")
-	woken := make(chan reply, 1)
-	go func() {
-		rep, _ := b.do(context.Background(), "GET", fmt.Sprintf("%s?wait_ms=20000", cpPath("probe", last.Id)), "")
-		woken <- rep
-	}()
-	time.Sleep(300 * time.Millisecond)
-	a.vote(t, "probe", last.Id, "p", probe["p"], "")
-	decided := time.Now()
-	select {
-	case rep := <-woken:
-		var cp checkpoint
-		decode(t, rep, &cp)
-		if cp.Status != "committing" {
-			t.Errorf("the waiter on the other coordinator got %v", rep)
-		}
-		t.Logf("after the failovers, a waiter on the other coordinator was woken %s after the decision", time.Since(decided).Round(time.Millisecond))
-	case <-time.After(5 * time.Second):
-		t.Errorf("after the failovers, the waiter on the other coordinator was not woken within 5 s of the decision")
-	}
+	checkWokenAcross(t, a, b, "probe", last.Id, probe["p"])
 
 	// Tokens created and revoked after the failovers reach both coordinators.
 	secret := coord.CreateToken(t, harness.TokenSpec{Name: "after-failover", Scopes: []string{"read"}})

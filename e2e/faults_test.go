@@ -194,13 +194,31 @@ func TestFaultDatabaseCrash(t *testing.T) {
 
 	// After the outages, a waiter on one coordinator is still woken by a decision taken
 	// on the other (their LISTEN connections were cut; rule 8).
+	checkWokenAcross(t, a, b, "probe", 1, probe["p"])
+	if w.got503.Load() == 0 {
+		t.Errorf("the workload never saw a 503: the outages did not reach it")
+	}
+	if opened, votes, _, commits := w.ledger.counts(); opened < 5 || votes < 10 || commits < 2 {
+		t.Errorf("too little progress across the crashes to prove anything: %s", w.ledger.stats())
+	}
+	for _, j := range append(jobNames(jobs), "probe") {
+		checkDecidedBy(t, cred, j, a.mustListAll(t, j))
+	}
+	checkLogsHoldNoSecret(t, cred, coord, other)
+}
+
+// checkWokenAcross long-polls checkpoint id of job (preparing, its one participant p
+// registered with epoch) on b, votes it prepared through a, and checks that the waiter on b
+// is woken with the decision within 5 s.
+func checkWokenAcross(t *testing.T, a, b *api, job string, id, epoch int64) {
+	t.Helper()
 	woken := make(chan reply, 1)
 	go func() {
-		rep, _ := b.do(context.Background(), "GET", cpPath("probe", 1)+"?wait_ms=20000", "")
+		rep, _ := b.do(context.Background(), "GET", fmt.Sprintf("%s?wait_ms=20000", cpPath(job, id)), "")
 		woken <- rep
 	}()
 	time.Sleep(300 * time.Millisecond)
-	a.vote(t, "probe", 1, "p", probe["p"], "")
+	a.vote(t, job, id, "p", epoch, "")
 	decided := time.Now()
 	select {
 	case rep := <-woken:
@@ -213,16 +231,6 @@ func TestFaultDatabaseCrash(t *testing.T) {
 	case <-time.After(5 * time.Second):
 		t.Errorf("the waiter on the other coordinator was not woken within 5 s of the decision")
 	}
-	if w.got503.Load() == 0 {
-		t.Errorf("the workload never saw a 503: the outages did not reach it")
-	}
-	if opened, votes, _, commits := w.ledger.counts(); opened < 5 || votes < 10 || commits < 2 {
-		t.Errorf("too little progress across the crashes to prove anything: %s", w.ledger.stats())
-	}
-	for _, j := range append(jobNames(jobs), "probe") {
-		checkDecidedBy(t, cred, j, a.mustListAll(t, j))
-	}
-	checkLogsHoldNoSecret(t, cred, coord, other)
 }
 
 // probeOutage sends every kind of request for d while the database is down: each must be

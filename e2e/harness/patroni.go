@@ -208,7 +208,14 @@ func (n *PatroniNode) KillNode() {
 	cmd, exited := n.cmd, n.exited
 	n.mu.Unlock()
 	if pid := n.postmasterPID(); pid > 0 {
+		// Its backends and WAL senders too, at once: left alone, they notice their
+		// postmaster's death only a moment later, and a WAL sender may still send a standby
+		// what the machine's loss should have taken with it.
+		children := childrenOf(pid)
 		_ = syscall.Kill(pid, syscall.SIGKILL)
+		for _, c := range children {
+			_ = syscall.Kill(c, syscall.SIGKILL)
+		}
 	}
 	if cmd != nil && cmd.Process != nil {
 		_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
@@ -353,14 +360,35 @@ func (c *PatroniCluster) cleanup() {
 	_ = os.RemoveAll(c.dir)
 }
 
-// PauseWALReceiver stops (SIGSTOP) the node's WAL receiver, so that it falls behind its
-// primary; the function returned resumes it (SIGCONT). It fails the test if the node
-// receives no WAL.
-func (n *PatroniNode) PauseWALReceiver() (resume func()) {
-	pm := n.postmasterPID()
+// PauseWALSenders stops (SIGSTOP) the node's WAL senders, so that its standbys fall
+// behind it (nothing more is sent: a paused receiver would still find in its socket what
+// was sent meanwhile); the function returned resumes them (SIGCONT). It fails the test if
+// the node sends no WAL.
+func (n *PatroniNode) PauseWALSenders() (resume func()) {
+	var paused []int
+	for _, pid := range childrenOf(n.postmasterPID()) {
+		cmdline, _ := os.ReadFile(filepath.Join("/proc", strconv.Itoa(pid), "cmdline"))
+		if strings.Contains(string(cmdline), "walsender") {
+			_ = syscall.Kill(pid, syscall.SIGSTOP)
+			paused = append(paused, pid)
+		}
+	}
+	if len(paused) == 0 {
+		n.c.t.Fatalf("harness: %s has no WAL sender", n.Name)
+	}
+	return func() {
+		for _, pid := range paused {
+			_ = syscall.Kill(pid, syscall.SIGCONT)
+		}
+	}
+}
+
+// childrenOf returns the processes whose parent is pid.
+func childrenOf(pid int) []int {
+	var out []int
 	entries, _ := os.ReadDir("/proc")
 	for _, e := range entries {
-		pid, err := strconv.Atoi(e.Name())
+		child, err := strconv.Atoi(e.Name())
 		if err != nil {
 			continue
 		}
@@ -369,16 +397,13 @@ func (n *PatroniNode) PauseWALReceiver() (resume func()) {
 			continue
 		}
 		// pid (comm) state ppid ...: the fields after the last ')'.
-		fields := strings.Fields(string(stat[strings.LastIndexByte(string(stat), ')')+1:]))
-		if len(fields) < 2 || fields[1] != strconv.Itoa(pm) {
+		i := strings.LastIndexByte(string(stat), ')')
+		if i < 0 {
 			continue
 		}
-		cmdline, _ := os.ReadFile(filepath.Join("/proc", e.Name(), "cmdline"))
-		if strings.Contains(string(cmdline), "walreceiver") {
-			_ = syscall.Kill(pid, syscall.SIGSTOP)
-			return func() { _ = syscall.Kill(pid, syscall.SIGCONT) }
+		if fields := strings.Fields(string(stat[i+1:])); len(fields) >= 2 && fields[1] == strconv.Itoa(pid) {
+			out = append(out, child)
 		}
 	}
-	n.c.t.Fatalf("harness: %s has no WAL receiver", n.Name)
-	return nil
+	return out
 }

@@ -4,11 +4,12 @@
  * One job with two participants and two checkpoints that may be preparing at once
  * (max_concurrent_checkpoints 2). The database is the global state below. Every request
  * that changes it runs as one atomic step: that is the job's lock and the transaction
- * that holds it (rule 8). Votes, acks and the operator's requests travel through a bag
- * of messages, delivered in any order, one of them possibly twice, by either of two
- * coordinator processes. Participants crash and register again (their prepared work
- * survives them, as a prepared transaction does); a zombie (an instance already fenced)
- * sends one more vote or ack; the deadline of each checkpoint may pass at any moment;
+ * that holds it (rule 8). The network may keep a copy of one vote or ack and deliver it
+ * again later, after anything else (a duplicate, a reordering, a request of an instance
+ * fenced since), through either of two coordinator processes. Participants crash and
+ * register again (their prepared work survives them, as a prepared transaction does); a
+ * zombie (an instance already fenced) sends one more vote or ack; the deadline of each
+ * checkpoint may pass at any moment, also while a vote travels;
  * an operator aborts, commits or completes one checkpoint by hand; retention deletes
  * what it may, behind the participants.
  *
@@ -22,7 +23,7 @@
 #define NP 2        /* participants of the job */
 #define MAXCONC 2   /* max_concurrent_checkpoints */
 #define MAXCRASH 1  /* restarts of participant 0 (participant 1 runs without a crash: the two are alike) */
-#define MAXDUP 1    /* messages delivered twice */
+#define MAXDUP 1    /* requests the network delivers twice */
 
 #define IX(c, p) ((c) * NP + (p))
 

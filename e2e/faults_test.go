@@ -131,6 +131,7 @@ func TestFaultCoordinatorKills(t *testing.T) {
 	coords[0].Restart()
 
 	w.ledger.verify(t, a, jobNames(jobs)...)
+	w.checkHistory(t, a)
 	t.Logf("%s; %d retries", w.ledger.stats(), w.retries.Load())
 	if opened, votes, acks, commits := w.ledger.counts(); opened < 10 || votes < 20 || acks < 5 || commits < 3 {
 		t.Errorf("too little progress under kills to prove anything: %s", w.ledger.stats())
@@ -190,6 +191,7 @@ func TestFaultDatabaseCrash(t *testing.T) {
 		t.Errorf("requests answered 503 while the database was down changed the state:\nbefore %s\nafter  %s", probeBefore, after)
 	}
 	w.ledger.verify(t, a, jobNames(jobs)...)
+	w.checkHistory(t, a)
 	t.Logf("%s; %d retries, %d answers 503", w.ledger.stats(), w.retries.Load(), w.got503.Load())
 
 	// After the outages, a waiter on one coordinator is still woken by a decision taken

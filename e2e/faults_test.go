@@ -3,6 +3,7 @@ package e2e_test
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"math/rand/v2"
 	"net"
@@ -644,17 +645,35 @@ func TestFaultCutRequests(t *testing.T) {
 	cred := newCredentials(t, coord, map[string][]string{"cut": {"a", "b"}})
 	a := cred.api(coord)
 	rng := newRand(t)
-	e := a.setupJob(t, "cut", `{"participants":["a","b"],"checkpoint_timeout_ms":60000}`, "a", "b")
+	a.mustDo(t, "PUT", jobPath("cut"), `{"participants":["a","b"],"checkpoint_timeout_ms":60000}`, http.StatusCreated, nil)
+	// Every request is recorded, the cut ones with their outcome unknown, and the history
+	// checked against the rules at the end (history.check).
+	hist := newHistory()
+	hist.addJob("cut", []string{"a", "b"}, true, 1)
+	e := map[string]int64{}
+	for _, p := range []string{"a", "b"} {
+		rep, err := hist.send(context.Background(), a, request{method: "POST", path: registerPath("cut", p)})
+		var reg coordinatorclient.Registration
+		if err != nil || rep.status != http.StatusOK || json.Unmarshal(rep.body, &reg) != nil {
+			t.Fatalf("register %s: %v %v", p, rep, err)
+		}
+		e[p] = reg.Epoch
+	}
 
 	cuts := 0
 	// send cuts r a few times, then sends it until it is answered, and returns the answer.
 	send := func(r request, want int) reply {
 		t.Helper()
 		for range 1 + rng.IntN(3) {
+			call := hist.now()
 			cutRequest(t, a, coord.Addr, r, rng)
+			hist.record(r, call, reply{}, errCut, hist.now())
 			cuts++
 		}
-		return a.must(t, r, want, nil)
+		call := hist.now()
+		rep := a.must(t, r, want, nil)
+		hist.record(r, call, rep, nil, hist.now())
+		return rep
 	}
 	votedAt := map[partKey]time.Time{}
 	ackedAt := map[partKey]time.Time{}
@@ -707,6 +726,11 @@ func TestFaultCutRequests(t *testing.T) {
 			t.Errorf("checkpoint %d: %s, want %s", cp.Id, cp.Status, want)
 		}
 	}
+	rep, err := hist.send(context.Background(), a, request{method: "GET", path: jobPath("cut") + "/checkpoints?limit=1000"})
+	if err != nil || rep.status != http.StatusOK {
+		t.Fatalf("list: %v %v", rep, err)
+	}
+	hist.check(t)
 	// Bodies cut short never reach the protocol.
 	a.prepare(t, "cut", "")
 	before := rawGet(t, a, jobPath("cut")+"/checkpoints")
@@ -747,6 +771,10 @@ func rawRequest(a *api, addr string, r request) (head, body []byte) {
 	b.WriteString("\r\n")
 	return []byte(b.String()), []byte(r.body)
 }
+
+// errCut is the error a history records for a request cutRequest cut: its outcome is
+// unknown.
+var errCut = errors.New("request cut")
 
 // cutRequest sends r and cuts it: by a client timeout of 0 to 15 ms, or by closing the
 // connection (gracefully or with a reset) 0 to 5 ms after the whole request was written,

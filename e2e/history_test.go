@@ -6,8 +6,11 @@ import (
 	"encoding/json"
 	"fmt"
 	"hash/fnv"
+	"io"
 	"math"
 	"net/http"
+	"net/http/httptest"
+	"net/http/httputil"
 	"net/url"
 	"os"
 	"path/filepath"
@@ -15,10 +18,13 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/anishathalye/porcupine"
+
+	"github.com/twophase/coordinator/e2e/harness"
 )
 
 // Checked histories: every request a fault test sends through a history is recorded with
@@ -1327,5 +1333,168 @@ func TestHistoryModel(t *testing.T) {
 	t.Run("too_many_checkpoints below the limit", func(t *testing.T) {
 		base(true).add(hIn{kind: opOpen, key: "k2"}, &hOut{status: 409, code: "too_many_checkpoints", cp: cpv(1, 'P', "-", "-")}).
 			check(t, false, "too_many_checkpoints with 1 preparing")
+	})
+}
+
+// lyingProxy is a reverse proxy on loopback in front of target that passes every request
+// on and rewrites the body of each 200 answer with lie (which gets the request and the
+// body, and returns the body to send).
+func lyingProxy(t testing.TB, target string, lie func(r *http.Request, body []byte) []byte) *api {
+	t.Helper()
+	u, err := url.Parse(target)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rp := httputil.NewSingleHostReverseProxy(u)
+	rp.ModifyResponse = func(resp *http.Response) error {
+		b, err := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if err != nil {
+			return err
+		}
+		if resp.StatusCode == http.StatusOK {
+			b = lie(resp.Request, b)
+		}
+		resp.Body = io.NopCloser(bytes.NewReader(b))
+		resp.ContentLength = int64(len(b))
+		resp.Header.Set("Content-Length", strconv.Itoa(len(b)))
+		return nil
+	}
+	srv := httptest.NewServer(rp)
+	t.Cleanup(srv.Close)
+	return &api{base: srv.URL, hc: srv.Client()}
+}
+
+// rewriteJSON decodes body as a JSON object of raw members, lets change change them, and
+// encodes it again; members change leaves alone keep their bytes.
+func rewriteJSON(body []byte, change func(m map[string]json.RawMessage)) []byte {
+	var m map[string]json.RawMessage
+	if json.Unmarshal(body, &m) != nil {
+		return body
+	}
+	change(m)
+	var b bytes.Buffer
+	enc := json.NewEncoder(&b)
+	enc.SetEscapeHTML(false)
+	if enc.Encode(m) != nil {
+		return body
+	}
+	return bytes.TrimSpace(b.Bytes())
+}
+
+// checkCaught checks that a history check reported to rec that job's history is not
+// linearizable, with a visualization that exists and is not empty.
+func checkCaught(t *testing.T, rec *recordingTB, job string) {
+	t.Helper()
+	for _, e := range rec.errors {
+		if !strings.Contains(e, "history of "+job+" is not linearizable") {
+			continue
+		}
+		_, path, ok := strings.Cut(e, "; see ")
+		if !ok {
+			t.Fatalf("no visualization: %s", e)
+		}
+		fi, err := os.Stat(path)
+		if err != nil || fi.Size() == 0 {
+			t.Fatalf("visualization %s: %v, %v", path, fi, err)
+		}
+		if !strings.HasPrefix(path, os.Getenv("HISTORY_DIR")) {
+			t.Errorf("visualization %s is not in HISTORY_DIR %s", path, os.Getenv("HISTORY_DIR"))
+		}
+		t.Logf("caught: %s (%d bytes)", e, fi.Size())
+		return
+	}
+	t.Fatalf("the lie in %s was not caught; the check reported %q", job, rec.errors)
+}
+
+// TestHistoryCatchesLies runs the workload through a proxy that rewrites some of the
+// coordinator's answers into answers the rules forbid, and checks that the history check
+// refuses the history and writes its visualization; through an honest proxy it passes.
+func TestHistoryCatchesLies(t *testing.T) {
+	cluster := harness.StartCluster(t)
+	coord := harness.StartCoordinator(t, cluster.NewDatabase(t), "--sweep-interval", "100ms")
+	direct := newAPI(coord)
+	t.Setenv("HISTORY_DIR", t.TempDir())
+
+	run := func(t *testing.T, job string, lie func(r *http.Request, body []byte) []byte) *recordingTB {
+		j := workloadJob{name: job, participants: []string{"sink-a", "sink-b", "source"}, autoCommit: true, maxConcurrent: 2, timeoutMs: 5000}
+		w := newWorkload(t, []*api{lyingProxy(t, coord.BaseURL, lie)}, 5*time.Second, j)
+		w.start()
+		deadline := time.Now().Add(20 * time.Second)
+		for time.Now().Before(deadline) {
+			if opened, votes, acks, _ := w.ledger.counts(); opened >= 5 && votes >= 10 && acks >= 5 {
+				break
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+		w.stop()
+		rec := &recordingTB{TB: t}
+		w.checkHistory(rec, direct)
+		return rec
+	}
+
+	t.Run("honest", func(t *testing.T) {
+		rec := run(t, "honest", func(_ *http.Request, b []byte) []byte { return b })
+		if len(rec.errors) > 0 {
+			t.Errorf("an honest history was refused: %q", rec.errors)
+		}
+	})
+	t.Run("committed shown as aborted", func(t *testing.T) {
+		rec := run(t, "lie-aborted", func(r *http.Request, b []byte) []byte {
+			if r.Method != "PUT" || !strings.Contains(r.URL.Path, "/acks/") {
+				return b
+			}
+			return rewriteJSON(b, func(m map[string]json.RawMessage) {
+				if string(m["status"]) == `"committed"` {
+					m["status"] = json.RawMessage(`"aborted"`)
+				}
+			})
+		})
+		checkCaught(t, rec, "lie-aborted")
+	})
+	t.Run("recorded votes dropped", func(t *testing.T) {
+		rec := run(t, "lie-votes", func(r *http.Request, b []byte) []byte {
+			_, voter, ok := strings.Cut(r.URL.Path, "/votes/")
+			if r.Method != "PUT" || !ok {
+				return b
+			}
+			// The answer to one participant's vote leaves out the others' votes.
+			return rewriteJSON(b, func(m map[string]json.RawMessage) {
+				var parts []map[string]json.RawMessage
+				if json.Unmarshal(m["participants"], &parts) != nil {
+					return
+				}
+				for _, p := range parts {
+					if string(p["name"]) != strconv.Quote(voter) {
+						for _, k := range []string{"vote", "epoch", "committables", "voted_at"} {
+							p[k] = json.RawMessage("null")
+						}
+					}
+				}
+				m["participants"], _ = json.Marshal(parts)
+			})
+		})
+		checkCaught(t, rec, "lie-votes")
+	})
+	t.Run("an epoch not higher", func(t *testing.T) {
+		var registrations atomic.Int64
+		proxy := lyingProxy(t, coord.BaseURL, func(r *http.Request, b []byte) []byte {
+			if !strings.HasSuffix(r.URL.Path, "/register") || registrations.Add(1) == 1 {
+				return b
+			}
+			// The second registration is answered with the first's epoch.
+			return rewriteJSON(b, func(m map[string]json.RawMessage) { m["epoch"] = json.RawMessage("1") })
+		})
+		direct.mustDo(t, "PUT", jobPath("lie-epoch"), `{"participants":["p"]}`, http.StatusCreated, nil)
+		h := newHistory()
+		h.addJob("lie-epoch", []string{"p"}, true, 1)
+		for range 2 {
+			if rep, err := h.send(context.Background(), proxy, request{method: "POST", path: registerPath("lie-epoch", "p")}); err != nil || rep.status != http.StatusOK {
+				t.Fatalf("register: %v %v", rep, err)
+			}
+		}
+		rec := &recordingTB{TB: t}
+		h.check(rec)
+		checkCaught(t, rec, "lie-epoch")
 	})
 }

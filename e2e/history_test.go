@@ -1334,8 +1334,8 @@ func TestHistoryModel(t *testing.T) {
 }
 
 // lyingProxy is a reverse proxy on loopback in front of target that passes every request
-// on and rewrites the body of each 200 answer with lie (which gets the request and the
-// body, and returns the body to send).
+// on and lets lie rewrite the body of each 200 answer: lie gets the request and the body,
+// and returns the body to send instead, or nil to send it as it is.
 func lyingProxy(t testing.TB, target string, lie func(r *http.Request, body []byte) []byte) *api {
 	t.Helper()
 	u, err := url.Parse(target)
@@ -1350,7 +1350,9 @@ func lyingProxy(t testing.TB, target string, lie func(r *http.Request, body []by
 			return err
 		}
 		if resp.StatusCode == http.StatusOK {
-			b = lie(resp.Request, b)
+			if told := lie(resp.Request, b); told != nil {
+				b = told
+			}
 		}
 		resp.Body = io.NopCloser(bytes.NewReader(b))
 		resp.ContentLength = int64(len(b))
@@ -1363,18 +1365,18 @@ func lyingProxy(t testing.TB, target string, lie func(r *http.Request, body []by
 }
 
 // rewriteJSON decodes body as a JSON object of raw members, lets change change them, and
-// encodes it again; members change leaves alone keep their bytes.
-func rewriteJSON(body []byte, change func(m map[string]json.RawMessage)) []byte {
+// encodes it again (members change leaves alone keep their bytes); nil if change changed
+// nothing (it says so).
+func rewriteJSON(body []byte, change func(m map[string]json.RawMessage) bool) []byte {
 	var m map[string]json.RawMessage
-	if json.Unmarshal(body, &m) != nil {
-		return body
+	if json.Unmarshal(body, &m) != nil || !change(m) {
+		return nil
 	}
-	change(m)
 	var b bytes.Buffer
 	enc := json.NewEncoder(&b)
 	enc.SetEscapeHTML(false)
 	if enc.Encode(m) != nil {
-		return body
+		return nil
 	}
 	return bytes.TrimSpace(b.Bytes())
 }
@@ -1413,62 +1415,78 @@ func TestHistoryCatchesLies(t *testing.T) {
 	direct := newAPI(coord)
 	t.Setenv("HISTORY_DIR", t.TempDir())
 
-	run := func(t *testing.T, job string, lie func(r *http.Request, body []byte) []byte) *recordingTB {
+	// run runs the workload through a proxy that tells lie, until it made some progress
+	// and the proxy changed at least wantLies answers.
+	run := func(t *testing.T, job string, wantLies int64, lie func(r *http.Request, body []byte) []byte) *recordingTB {
+		var lies atomic.Int64
 		j := workloadJob{name: job, participants: []string{"sink-a", "sink-b", "source"}, autoCommit: true, maxConcurrent: 2, timeoutMs: 5000}
-		w := newWorkload(t, []*api{lyingProxy(t, coord.BaseURL, lie)}, 5*time.Second, j)
+		w := newWorkload(t, []*api{lyingProxy(t, coord.BaseURL, func(r *http.Request, b []byte) []byte {
+			told := lie(r, b)
+			if told != nil {
+				lies.Add(1)
+			}
+			return told
+		})}, 5*time.Second, j)
 		w.start()
-		deadline := time.Now().Add(20 * time.Second)
-		for time.Now().Before(deadline) {
-			if opened, votes, acks, _ := w.ledger.counts(); opened >= 5 && votes >= 10 && acks >= 5 {
+		for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+			if opened, votes, acks, _ := w.ledger.counts(); opened >= 5 && votes >= 10 && acks >= 5 && lies.Load() >= wantLies {
 				break
 			}
-			time.Sleep(50 * time.Millisecond)
+			if time.Now().After(deadline) {
+				t.Fatalf("too little progress through the proxy in 20 s (%d answers changed): %s", lies.Load(), w.ledger.stats())
+			}
 		}
 		w.stop()
+		t.Logf("%s; %d answers changed by the proxy", w.ledger.stats(), lies.Load())
 		rec := &recordingTB{TB: t}
 		w.checkHistory(rec, direct)
 		return rec
 	}
 
 	t.Run("honest", func(t *testing.T) {
-		rec := run(t, "honest", func(_ *http.Request, b []byte) []byte { return b })
+		rec := run(t, "honest", 0, func(*http.Request, []byte) []byte { return nil })
 		if len(rec.errors) > 0 {
 			t.Errorf("an honest history was refused: %q", rec.errors)
 		}
 	})
 	t.Run("committed shown as aborted", func(t *testing.T) {
-		rec := run(t, "lie-aborted", func(r *http.Request, b []byte) []byte {
+		rec := run(t, "lie-aborted", 1, func(r *http.Request, b []byte) []byte {
 			if r.Method != "PUT" || !strings.Contains(r.URL.Path, "/acks/") {
-				return b
+				return nil
 			}
-			return rewriteJSON(b, func(m map[string]json.RawMessage) {
-				if string(m["status"]) == `"committed"` {
-					m["status"] = json.RawMessage(`"aborted"`)
+			return rewriteJSON(b, func(m map[string]json.RawMessage) bool {
+				if string(m["status"]) != `"committed"` {
+					return false
 				}
+				m["status"] = json.RawMessage(`"aborted"`)
+				return true
 			})
 		})
 		checkCaught(t, rec, "lie-aborted")
 	})
 	t.Run("recorded votes dropped", func(t *testing.T) {
-		rec := run(t, "lie-votes", func(r *http.Request, b []byte) []byte {
+		rec := run(t, "lie-votes", 3, func(r *http.Request, b []byte) []byte {
 			_, voter, ok := strings.Cut(r.URL.Path, "/votes/")
 			if r.Method != "PUT" || !ok {
-				return b
+				return nil
 			}
 			// The answer to one participant's vote leaves out the others' votes.
-			return rewriteJSON(b, func(m map[string]json.RawMessage) {
+			return rewriteJSON(b, func(m map[string]json.RawMessage) bool {
 				var parts []map[string]json.RawMessage
 				if json.Unmarshal(m["participants"], &parts) != nil {
-					return
+					return false
 				}
+				dropped := false
 				for _, p := range parts {
-					if string(p["name"]) != strconv.Quote(voter) {
+					if string(p["name"]) != strconv.Quote(voter) && string(p["vote"]) != "null" {
 						for _, k := range []string{"vote", "epoch", "committables", "voted_at"} {
 							p[k] = json.RawMessage("null")
 						}
+						dropped = true
 					}
 				}
 				m["participants"], _ = json.Marshal(parts)
+				return dropped
 			})
 		})
 		checkCaught(t, rec, "lie-votes")
@@ -1477,10 +1495,13 @@ func TestHistoryCatchesLies(t *testing.T) {
 		var registrations atomic.Int64
 		proxy := lyingProxy(t, coord.BaseURL, func(r *http.Request, b []byte) []byte {
 			if !strings.HasSuffix(r.URL.Path, "/register") || registrations.Add(1) == 1 {
-				return b
+				return nil
 			}
 			// The second registration is answered with the first's epoch.
-			return rewriteJSON(b, func(m map[string]json.RawMessage) { m["epoch"] = json.RawMessage("1") })
+			return rewriteJSON(b, func(m map[string]json.RawMessage) bool {
+				m["epoch"] = json.RawMessage("1")
+				return true
+			})
 		})
 		direct.mustDo(t, "PUT", jobPath("lie-epoch"), `{"participants":["p"]}`, http.StatusCreated, nil)
 		h := newHistory()

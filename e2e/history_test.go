@@ -951,6 +951,32 @@ func (s *mState) describeCP(id int64) string {
 	return b.String()
 }
 
+// describeOp is an operation in a few words: the request and the answer's status and code.
+func describeOp(in hIn, out hOut) string {
+	var b strings.Builder
+	b.WriteString(opNames[in.kind])
+	if in.id != 0 {
+		fmt.Fprintf(&b, " %d", in.id)
+	}
+	if in.p != "" {
+		fmt.Fprintf(&b, " %s", in.p)
+	}
+	switch in.kind {
+	case opVote:
+		fmt.Fprintf(&b, " %c@%d#%x", in.vote, in.epoch, in.chash&0xffff)
+	case opAck:
+		fmt.Fprintf(&b, " @%d", in.epoch)
+	case opOpen:
+		fmt.Fprintf(&b, " key %s", in.key)
+	}
+	if out.unknown {
+		b.WriteString(" -> lost (maybe applied)")
+		return b.String()
+	}
+	fmt.Fprintf(&b, " -> %d %s", out.status, out.code)
+	return b.String()
+}
+
 // historyModel is the protocol's rules for one job, as a nondeterministic model: a state
 // is one possible state of the job, and a step returns every state the answer allows.
 var historyModel = porcupine.NondeterministicModel{
@@ -994,34 +1020,12 @@ var historyModel = porcupine.NondeterministicModel{
 	Equal: func(a, b any) bool { return a.(*mState).equal(b.(*mState)) },
 	Hash:  func(s any) uint64 { return s.(*mState).hash },
 	DescribeOperation: func(input, output any) string {
-		in, out := input.(hIn), output.(hOut)
-		var b strings.Builder
-		b.WriteString(opNames[in.kind])
-		if in.id != 0 {
-			fmt.Fprintf(&b, " %d", in.id)
-		}
-		if in.p != "" {
-			fmt.Fprintf(&b, " %s", in.p)
-		}
-		switch in.kind {
-		case opVote:
-			fmt.Fprintf(&b, " %c@%d#%x", in.vote, in.epoch, in.chash&0xffff)
-		case opAck:
-			fmt.Fprintf(&b, " @%d", in.epoch)
-		case opOpen:
-			fmt.Fprintf(&b, " key %s", in.key)
-		}
-		if out.unknown {
-			b.WriteString(" -> lost (maybe applied)")
-			return b.String()
-		}
-		fmt.Fprintf(&b, " -> %d %s", out.status, out.code)
+		out := output.(hOut)
+		d := describeOp(input.(hIn), out)
 		if len(out.raw) > 400 {
-			fmt.Fprintf(&b, " %s…", out.raw[:400])
-		} else {
-			fmt.Fprintf(&b, " %s", out.raw)
+			return d + " " + out.raw[:400] + "…"
 		}
-		return b.String()
+		return d + " " + out.raw
 	},
 	DescribeState: func(state any) string {
 		s := state.(*mState)
@@ -1044,38 +1048,71 @@ var historyModel = porcupine.NondeterministicModel{
 	},
 }
 
+// stepAll is the model's step on a set of possible states (nil: the initial one): the
+// states op may lead to, and, if there are none, why op is impossible in the last state
+// that refused it.
+func stepAll(states []*mState, op porcupine.Operation) ([]*mState, error) {
+	in, out := op.Input.(hIn), op.Output.(hOut)
+	if states == nil {
+		states = []*mState{(&mState{names: in.cfg.participants, epochs: make([]int64, len(in.cfg.participants))}).seal()}
+	}
+	var next []*mState
+	var why error
+	for _, s := range states {
+		if out.unknown {
+			next = append(next, unknownNext(s, in)...)
+			continue
+		}
+		t := s.clone()
+		if err := apply(t, in, out); err != nil {
+			why = err
+			continue
+		}
+		next = append(next, t.seal())
+	}
+	return next, why
+}
+
 // explain replays ops in the order given and returns the first answer the model refuses,
 // for tests of the model: nil if every step is legal in some state.
 func explain(ops []porcupine.Operation) error {
-	states := historyModel.Init()
+	var states []*mState
 	for k, op := range ops {
-		var next []any
-		var why error
-		for _, st := range states {
-			s := st.(*mState)
-			if s.names == nil {
-				in := op.Input.(hIn)
-				s = (&mState{names: in.cfg.participants, epochs: make([]int64, len(in.cfg.participants))}).seal()
-			}
-			if op.Output.(hOut).unknown {
-				for _, t := range unknownNext(s, op.Input.(hIn)) {
-					next = append(next, t)
-				}
-				continue
-			}
-			t := s.clone()
-			if err := apply(t, op.Input.(hIn), op.Output.(hOut)); err != nil {
-				why = err
-				continue
-			}
-			next = append(next, t.seal())
-		}
+		next, why := stepAll(states, op)
 		if len(next) == 0 {
 			return fmt.Errorf("operation %d (%s): %v", k, historyModel.DescribeOperation(op.Input, op.Output), why)
 		}
 		states = next
 	}
 	return nil
+}
+
+// reason says why the check found no linearization of ops: after the longest partial
+// linearization it found, the operation that had to come next (the first to return of
+// those left) and what the model says about its answer there.
+func reason(ops []porcupine.Operation, info porcupine.LinearizationInfo) string {
+	partials := info.PartialLinearizations()
+	if len(partials) != 1 || len(partials[0]) == 0 {
+		return ""
+	}
+	longest := slices.MaxFunc(partials[0], func(a, b []int) int { return len(a) - len(b) })
+	var states []*mState
+	done := map[int]bool{}
+	for _, id := range longest {
+		states, _ = stepAll(states, ops[id])
+		done[id] = true
+	}
+	next := -1
+	for id, op := range ops {
+		if !done[id] && (next < 0 || op.Return < ops[next].Return) {
+			next = id
+		}
+	}
+	if next < 0 {
+		return ""
+	}
+	_, why := stepAll(states, ops[next])
+	return fmt.Sprintf("after %d operations, %s: %v", len(longest), describeOp(ops[next].Input.(hIn), ops[next].Output.(hOut)), why)
 }
 
 // check checks every job's history (rule by rule, as historyModel says), logs what it
@@ -1107,12 +1144,13 @@ func (h *history) check(t testing.TB) {
 			t.Errorf("history of %s: the check of %d operations did not finish in %s", job, len(part), took.Round(time.Millisecond))
 			continue
 		}
+		why := reason(part, info)
 		path, err := h.visualize(model, info, job)
 		if err != nil {
-			t.Errorf("history of %s is not linearizable: the rules cannot explain the answers (the visualization could not be written: %v)", job, err)
+			t.Errorf("history of %s is not linearizable: the rules cannot explain the answers (%s; the visualization could not be written: %v)", job, why, err)
 			continue
 		}
-		t.Errorf("history of %s is not linearizable: the rules cannot explain the answers; see %s", job, path)
+		t.Errorf("history of %s is not linearizable: the rules cannot explain the answers (%s); see %s", job, why, path)
 	}
 }
 
@@ -1372,26 +1410,36 @@ func rewriteJSON(body []byte, change func(m map[string]json.RawMessage) bool) []
 	if json.Unmarshal(body, &m) != nil || !change(m) {
 		return nil
 	}
+	return encodeRaw(m)
+}
+
+// encodeRaw encodes v as JSON without escaping <, > and & (as the coordinator does), so
+// that committables inside keep their bytes; nil if it cannot.
+func encodeRaw(v any) []byte {
 	var b bytes.Buffer
 	enc := json.NewEncoder(&b)
 	enc.SetEscapeHTML(false)
-	if enc.Encode(m) != nil {
+	if enc.Encode(v) != nil {
 		return nil
 	}
 	return bytes.TrimSpace(b.Bytes())
 }
 
 // checkCaught checks that a history check reported to rec that job's history is not
-// linearizable, with a visualization that exists and is not empty.
-func checkCaught(t *testing.T, rec *recordingTB, job string) {
+// linearizable, for a reason that mentions why, with a visualization that exists and is
+// not empty.
+func checkCaught(t *testing.T, rec *recordingTB, job, why string) {
 	t.Helper()
 	for _, e := range rec.errors {
 		if !strings.Contains(e, "history of "+job+" is not linearizable") {
 			continue
 		}
-		_, path, ok := strings.Cut(e, "; see ")
+		found, path, ok := strings.Cut(e, "; see ")
 		if !ok {
 			t.Fatalf("no visualization: %s", e)
+		}
+		if !strings.Contains(found, why) {
+			t.Errorf("caught, but not for %q: %s", why, found)
 		}
 		fi, err := os.Stat(path)
 		if err != nil || fi.Size() == 0 {
@@ -1462,7 +1510,7 @@ func TestHistoryCatchesLies(t *testing.T) {
 				return true
 			})
 		})
-		checkCaught(t, rec, "lie-aborted")
+		checkCaught(t, rec, "lie-aborted", "aborted")
 	})
 	t.Run("recorded votes dropped", func(t *testing.T) {
 		rec := run(t, "lie-votes", 3, func(r *http.Request, b []byte) []byte {
@@ -1485,11 +1533,11 @@ func TestHistoryCatchesLies(t *testing.T) {
 						dropped = true
 					}
 				}
-				m["participants"], _ = json.Marshal(parts)
+				m["participants"] = encodeRaw(parts)
 				return dropped
 			})
 		})
-		checkCaught(t, rec, "lie-votes")
+		checkCaught(t, rec, "lie-votes", "checkpoint")
 	})
 	t.Run("an epoch not higher", func(t *testing.T) {
 		var registrations atomic.Int64
@@ -1513,6 +1561,32 @@ func TestHistoryCatchesLies(t *testing.T) {
 		}
 		rec := &recordingTB{TB: t}
 		h.check(rec)
-		checkCaught(t, rec, "lie-epoch")
+		checkCaught(t, rec, "lie-epoch", "register p gave epoch 1, it had 1 (rule 5)")
 	})
+}
+
+// TestHistoryVisualization checks that an illegal history with a lost answer (its Return
+// at the end of time) is refused by history.check with a visualization written to
+// HISTORY_DIR, which names the operations.
+func TestHistoryVisualization(t *testing.T) {
+	t.Setenv("HISTORY_DIR", t.TempDir())
+	s := newScripted(true, 2).register("a", 1).register("b", 1).open("k1", 1).
+		add(hIn{kind: opVote, id: 1, p: "a", epoch: 1, vote: 'p', chash: committablesHash(json.RawMessage(`["a"]`))}, nil).
+		vote(1, "b", 1, 'p', 200, "", cpv(1, 'P', "-", "p1")).
+		add(hIn{kind: opRead, id: 1}, &hOut{status: 200, cp: cpv(1, 'C', "-", "p1")})
+	h := &history{ops: s.ops}
+	rec := &recordingTB{TB: t}
+	h.check(rec)
+	checkCaught(t, rec, "j", "decided commit without every vote prepared (rule 2)")
+	_, path, _ := strings.Cut(rec.errors[0], "; see ")
+	html, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The page holds the operations as JSON, with > escaped.
+	for _, want := range []string{"vote 1 a p@1", "lost (maybe applied)", `read 1 -\u003e 200`} {
+		if !strings.Contains(string(html), want) {
+			t.Errorf("the visualization does not show %q", want)
+		}
+	}
 }

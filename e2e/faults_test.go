@@ -481,6 +481,12 @@ func TestFaultParticipantRestarts(t *testing.T) {
 	// epoch that fences the old one.
 	cred := newCredentials(t, coord, map[string][]string{"restart": {"sink-a", "sink-b", "source"}, "race-restart": {"w", "v"}})
 	a := cred.api(coord)
+	// Every request of the test is recorded, and the history checked against the rules
+	// at the end (history.check).
+	hist := newHistory()
+	hist.addJob("restart", []string{"sink-a", "sink-b", "source"}, true, 5)
+	hist.addJob("race-restart", []string{"w", "v"}, true, 1)
+	a.hist = hist
 
 	e := a.setupJob(t, "restart", `{"participants":["sink-a","sink-b","source"],"max_concurrent_checkpoints":5}`, "sink-a", "sink-b", "source")
 	old := e["sink-a"]
@@ -631,6 +637,9 @@ func TestFaultParticipantRestarts(t *testing.T) {
 		}
 	}
 	t.Logf("outcomes: %v", outcomes)
+	a.mustListAll(t, "restart")
+	a.mustListAll(t, "race-restart")
+	hist.check(t)
 	checkLogsHoldNoSecret(t, cred, coord)
 }
 

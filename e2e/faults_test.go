@@ -332,6 +332,17 @@ func TestFaultCoordinatorDownAcrossDeadlines(t *testing.T) {
 	}
 	cred := newCredentials(t, coord, tokens)
 	a := cred.api(coord)
+	// Every request is recorded, and the history checked against the rules at the end
+	// (history.check): the aborts the deadlines take while no coordinator runs included.
+	hist := newHistory()
+	for name := range tokens {
+		auto, maxConcurrent := name != "manual", 1
+		if name == "cascade" {
+			maxConcurrent = 3
+		}
+		hist.addJob(name, tokens[name], auto, maxConcurrent)
+	}
+	a.hist = hist
 	epochs := map[string]map[string]int64{}
 	for i := range lateJobs {
 		name := fmt.Sprintf("late-%d", i)
@@ -464,6 +475,10 @@ func TestFaultCoordinatorDownAcrossDeadlines(t *testing.T) {
 	if cp := a.get(t, "decided", 1); cp.DecidedBy == nil || *cp.DecidedBy != participantTokenName("decided", "sink-bravo") {
 		t.Errorf("decided/1 committed by sink-bravo's vote, decided_by %v", cp.DecidedBy)
 	}
+	for name := range tokens {
+		a.mustListAll(t, name)
+	}
+	hist.check(t)
 	checkLogsHoldNoSecret(t, cred, coord)
 }
 

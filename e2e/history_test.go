@@ -67,14 +67,14 @@ type histJob struct {
 type hIn struct {
 	kind      opKind
 	job       string
-	id        int64  // checkpoint
-	p         string // participant
-	epoch     int64  // vote, ack
-	vote      byte   // 'p' prepared, 'a' abort
-	chash     uint64 // hash of a prepared vote's committables
-	key       string // open's Idempotency-Key
-	preparing bool   // list: only preparing checkpoints
-	cfg       *histJob
+	id        int64    // checkpoint
+	p         string   // participant
+	epoch     int64    // vote, ack
+	vote      byte     // 'p' prepared, 'a' abort
+	chash     uint64   // hash of a prepared vote's committables
+	key       string   // open's Idempotency-Key
+	preparing bool     // list: only preparing checkpoints
+	cfg       *histJob // the job's configuration, which the model needs
 }
 
 // hPart is one participant's part of a checkpoint: its vote (0: none), the epoch it voted
@@ -121,6 +121,10 @@ type history struct {
 	jobs  map[string]*histJob
 	ops   []porcupine.Operation
 	ids   map[string]int // client name -> ClientId
+	// unmodeled lists the requests to a recorded job that may change it but that the
+	// model does not know (a job's change, complete): check refuses to call such a
+	// history checked.
+	unmodeled []string
 }
 
 func newHistory() *history {
@@ -152,6 +156,7 @@ func (h *history) send(ctx context.Context, a *api, r request) (reply, error) {
 func (h *history) record(r request, call int64, rep reply, err error, ret int64) {
 	in, ok := h.input(r)
 	if !ok {
+		h.noteUnmodeled(r)
 		return
 	}
 	out := hOut{unknown: true}
@@ -176,6 +181,26 @@ func (h *history) record(r request, call int64, rep reply, err error, ret int64)
 		h.ids[client] = id
 	}
 	h.ops = append(h.ops, porcupine.Operation{ClientId: id, Input: in, Call: call, Output: out, Return: ret})
+}
+
+// noteUnmodeled notes r if it is a write to a recorded job that the model does not know;
+// creating the job, before any of its requests was recorded, is none.
+func (h *history) noteUnmodeled(r request) {
+	path, _, _ := strings.Cut(r.path, "?")
+	seg := strings.Split(path, "/")
+	if r.method == "GET" || len(seg) < 4 || seg[1] != "v1" || seg[2] != "jobs" {
+		return
+	}
+	job, _ := url.PathUnescape(seg[3])
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.jobs[job] == nil {
+		return
+	}
+	if len(seg) == 4 && r.method == "PUT" && !slices.ContainsFunc(h.ops, func(op porcupine.Operation) bool { return op.Input.(hIn).job == job }) {
+		return
+	}
+	h.unmodeled = append(h.unmodeled, r.method+" "+r.path)
 }
 
 // input parses a request into an operation's input; false for requests the model does not
@@ -581,7 +606,8 @@ func partString(p hPart) string {
 	return s
 }
 
-// checkEpoch is rule 5: the refusal an epoch calls for, or "".
+// epochRefusal is rule 5: the code of the refusal a vote or ack of participant p with
+// epoch calls for, or "".
 func (s *mState) epochRefusal(p string, epoch int64) string {
 	cur := s.epochs[s.part(p)]
 	switch {
@@ -1123,7 +1149,12 @@ func (h *history) check(t testing.TB) {
 	t.Helper()
 	h.mu.Lock()
 	ops := slices.Clone(h.ops)
+	unmodeled := slices.Clone(h.unmodeled)
 	h.mu.Unlock()
+	if len(unmodeled) > 0 {
+		t.Errorf("the history holds requests the model does not know, which may have changed the jobs: %q", unmodeled)
+		return
+	}
 	model := historyModel.ToModel()
 	for _, part := range historyModel.Partition(ops) {
 		job := part[0].Input.(hIn).job
@@ -1588,5 +1619,26 @@ func TestHistoryVisualization(t *testing.T) {
 		if !strings.Contains(string(html), want) {
 			t.Errorf("the visualization does not show %q", want)
 		}
+	}
+}
+
+// TestHistoryRefusesUnmodeledRequests checks that a history holding a write the model does
+// not know (here complete, which records acks) is not called checked, while creating the
+// job before its first recorded request is fine.
+func TestHistoryRefusesUnmodeledRequests(t *testing.T) {
+	h := newHistory()
+	h.addJob("j", []string{"a"}, true, 1)
+	ok := reply{status: http.StatusOK, body: []byte(`{"epoch":1}`)}
+	h.record(request{method: "PUT", path: jobPath("j"), body: `{"participants":["a"]}`}, h.now(), reply{status: http.StatusCreated}, nil, h.now())
+	h.record(request{method: "POST", path: registerPath("j", "a")}, h.now(), ok, nil, h.now())
+	rec := &recordingTB{TB: t}
+	h.check(rec)
+	if len(rec.errors) > 0 {
+		t.Fatalf("a history of a creation and a registration was refused: %q", rec.errors)
+	}
+	h.record(request{method: "POST", path: cpPath("j", 1) + "/complete"}, h.now(), ok, nil, h.now())
+	h.check(rec)
+	if len(rec.errors) != 1 || !strings.Contains(rec.errors[0], "/complete") {
+		t.Fatalf("a history with a complete was not refused: %q", rec.errors)
 	}
 }

@@ -152,7 +152,11 @@ func (h *history) send(ctx context.Context, a *api, r request) (reply, error) {
 }
 
 // record adds r, sent at call, answered with rep (or err) at ret. A transport error or a
-// 5xx means the outcome is unknown.
+// 5xx means the outcome is unknown. After a transport error (a timeout, a cut connection,
+// a killed coordinator) the request may still take effect at any later time, so it stays
+// open to the end of the history. A 5xx (a 503 whose detail says the request may or may
+// not have been applied) was answered once the coordinator had given up on it: whatever
+// it did, it did before that answer.
 func (h *history) record(r request, call int64, rep reply, err error, ret int64) {
 	in, ok := h.input(r)
 	if !ok {
@@ -160,16 +164,19 @@ func (h *history) record(r request, call int64, rep reply, err error, ret int64)
 		return
 	}
 	out := hOut{unknown: true}
-	if err == nil && rep.status < 500 {
-		out = parseOutput(in, rep)
+	if err == nil {
+		out.status, out.raw = rep.status, string(bytes.TrimSpace(rep.body))
+		if rep.status < 500 {
+			out = parseOutput(in, rep)
+		}
 	}
 	client := in.job + "/" + in.p
 	if in.p == "" || in.kind == opRegister {
 		client = in.job + "/driver"
 	}
-	if out.unknown {
-		// A lost answer stays open to the end of the history: a row of its own, so that
-		// the client's later requests do not overlap it in the visualization.
+	if err != nil {
+		// A row of its own in the visualization, so that the client's later requests do
+		// not overlap it.
 		client += " (lost)"
 		ret = math.MaxInt64
 	}
@@ -995,8 +1002,12 @@ func describeOp(in hIn, out hOut) string {
 	case opOpen:
 		fmt.Fprintf(&b, " key %s", in.key)
 	}
-	if out.unknown {
+	if out.unknown && out.status == 0 {
 		b.WriteString(" -> lost (maybe applied)")
+		return b.String()
+	}
+	if out.unknown {
+		fmt.Fprintf(&b, " -> %d (maybe applied)", out.status)
 		return b.String()
 	}
 	fmt.Fprintf(&b, " -> %d %s", out.status, out.code)
@@ -1167,21 +1178,21 @@ func (h *history) check(t testing.TB) {
 		start := time.Now()
 		res, info := porcupine.CheckOperationsVerbose(model, part, 60*time.Second)
 		took := time.Since(start)
-		t.Logf("history of %s: %d operations (%d with lost answers) checked in %s: %s", job, len(part), lost, took.Round(time.Millisecond), res)
+		t.Logf("history of %s: %d operations (%d of unknown outcome) checked in %s: %s", job, len(part), lost, took.Round(time.Millisecond), res)
+		verdict := "is not linearizable: the rules cannot explain the answers"
 		switch res {
 		case porcupine.Ok:
 			continue
 		case porcupine.Unknown:
-			t.Errorf("history of %s: the check of %d operations did not finish in %s", job, len(part), took.Round(time.Millisecond))
-			continue
+			verdict = fmt.Sprintf("could not be checked: the check of %d operations did not finish in %s, longest linearization so far", len(part), took.Round(time.Millisecond))
 		}
 		why := reason(part, info)
 		path, err := h.visualize(model, info, job)
 		if err != nil {
-			t.Errorf("history of %s is not linearizable: the rules cannot explain the answers (%s; the visualization could not be written: %v)", job, why, err)
+			t.Errorf("history of %s %s (%s; the visualization could not be written: %v)", job, verdict, why, err)
 			continue
 		}
-		t.Errorf("history of %s is not linearizable: the rules cannot explain the answers (%s); see %s", job, why, path)
+		t.Errorf("history of %s %s (%s); see %s", job, verdict, why, path)
 	}
 }
 

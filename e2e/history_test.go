@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"hash/fnv"
 	"io"
@@ -424,7 +425,12 @@ type mCP struct {
 	status byte
 	key    string // the Idempotency-Key that opened it
 	parts  []hPart
-	h      uint64 // hash of the above; 0 until computed
+	// seen is how many checkpoints were open the last time this one was known to be
+	// preparing: an abort by its deadline, which comes at a moment no answer shows, came
+	// later, and cascaded to every checkpoint up to seen still preparing (and perhaps to
+	// some opened after).
+	seen int64
+	h    uint64 // hash of the above; 0 until computed
 }
 
 // mState is one possible state of a job: its participants' epochs and its checkpoints,
@@ -434,12 +440,73 @@ type mState struct {
 	epochs []int64
 	cps    []*mCP
 	hash   uint64
+	ch     *chooser // during a step: picks among what may have happened unseen
+}
+
+// chooser enumerates the choices of a step: a step that calls pick is run again for each
+// combination of answers (enumerate).
+type chooser struct {
+	prefix []int // the picks to replay, then 0s
+	sizes  []int // how many options each pick had
+	pos    int
+}
+
+func (c *chooser) pick(n int) int {
+	v := 0
+	if c.pos < len(c.prefix) {
+		v = c.prefix[c.pos]
+	} else {
+		c.prefix = append(c.prefix, 0)
+	}
+	c.sizes = append(c.sizes, n)
+	c.pos++
+	return v
+}
+
+// pick returns one of 0..n-1: each, over the runs of enumerate.
+func (s *mState) pick(n int) int {
+	if s.ch == nil || n <= 1 {
+		return 0
+	}
+	return s.ch.pick(n)
+}
+
+// enumerate runs step on a clone of s once for every combination of its picks, and
+// returns the states of the runs that succeeded, or, if none did, the first error.
+func enumerate(s *mState, step func(t *mState) error) ([]*mState, error) {
+	var next []*mState
+	var first error
+	var prefix []int
+	for runs := 0; runs < 256; runs++ {
+		t := s.clone()
+		t.ch = &chooser{prefix: prefix}
+		err := step(t)
+		ch := t.ch
+		t.ch = nil
+		if err == nil {
+			next = append(next, t.seal())
+		} else if first == nil {
+			first = err
+		}
+		i := ch.pos - 1
+		for i >= 0 && ch.prefix[i]+1 >= ch.sizes[i] {
+			i--
+		}
+		if i < 0 {
+			break
+		}
+		prefix = append(slices.Clone(ch.prefix[:i]), ch.prefix[i]+1)
+	}
+	if len(next) > 0 {
+		return next, nil
+	}
+	return nil, first
 }
 
 func (c *mCP) hashed(id int) uint64 {
 	if c.h == 0 {
 		f := fnv.New64a()
-		fmt.Fprintf(f, "%d %c %s", id, c.status, c.key)
+		fmt.Fprintf(f, "%d %c %s %d", id, c.status, c.key, c.seen)
 		for _, p := range c.parts {
 			fmt.Fprintf(f, " %c%d/%d/%t", p.vote+'0', p.epoch, p.chash, p.acked)
 		}
@@ -449,7 +516,7 @@ func (c *mCP) hashed(id int) uint64 {
 }
 
 func (c *mCP) equal(d *mCP) bool {
-	return c == d || c.status == d.status && c.key == d.key && slices.Equal(c.parts, d.parts)
+	return c == d || c.status == d.status && c.key == d.key && c.seen == d.seen && slices.Equal(c.parts, d.parts)
 }
 
 // clone returns a copy of s that a step may change.
@@ -531,21 +598,50 @@ func (s *mState) abortFrom(id int64) {
 	}
 }
 
-// commitUpTo decides commit for preparing checkpoint id, which has no lower checkpoint
-// preparing once the lower ones that could have committed by themselves did (auto_commit:
-// Advance commits the lowest first). It fails when that is not possible: rules 2 and 9.
+// deadlineAbort aborts preparing checkpoint id as its deadline did, at a moment no answer
+// showed, after it was last seen preparing: the cascade reached every checkpoint still
+// preparing above it up to one opened by then, chosen among seen..limit (rule 9). It fails
+// when there is no such moment before the checkpoint limit+1 opened.
+func (s *mState) deadlineAbort(id, limit int64) error {
+	lo := max(id, s.cps[id-1].seen)
+	if lo > limit {
+		return fmt.Errorf("checkpoint %d, preparing while %d were open, aborted before %d opened", id, s.cps[id-1].seen, limit+1)
+	}
+	upTo := lo + int64(s.pick(int(limit-lo+1)))
+	for i := id; i <= upTo; i++ {
+		if s.cps[i-1].status == 'P' {
+			s.edit(i).status = 'A'
+		}
+	}
+	return nil
+}
+
+// commitUpTo decides commit for preparing checkpoint id. No lower checkpoint may be
+// preparing then (rule 9): each lower one the state has preparing was decided unseen
+// before, committed (with auto_commit, Advance commits the lowest first, if its votes are
+// all prepared) or aborted by its deadline before id opened, as chosen. It fails when
+// neither is possible (rules 2 and 9).
 func (s *mState) commitUpTo(id int64, auto bool) error {
 	if !allPreparedIn(s.cps[id-1]) {
 		return fmt.Errorf("checkpoint %d decided commit without every vote prepared (rule 2)", id)
 	}
 	for i := int64(1); i < id; i++ {
-		if s.cps[i-1].status != 'P' {
+		c := s.cps[i-1]
+		if c.status != 'P' {
 			continue
 		}
-		if !auto || !allPreparedIn(s.cps[i-1]) {
+		canCommit := auto && allPreparedIn(c)
+		canAbort := max(i, c.seen) < id
+		switch {
+		case !canCommit && !canAbort:
 			return fmt.Errorf("checkpoint %d decided commit while checkpoint %d was preparing (rule 9)", id, i)
+		case canCommit && (!canAbort || s.pick(2) == 0):
+			s.edit(i).status = 'C'
+		default:
+			if err := s.deadlineAbort(i, id-1); err != nil {
+				return err
+			}
 		}
-		s.edit(i).status = 'C'
 	}
 	s.edit(id).status = 'C'
 	return nil
@@ -564,8 +660,7 @@ func (s *mState) adopt(v hView, auto bool) error {
 	case c.status == v.status:
 		return nil
 	case c.status == 'P' && v.status == 'A':
-		s.abortFrom(v.id)
-		return nil
+		return s.deadlineAbort(v.id, int64(len(s.cps)))
 	case c.status == 'P' && v.status == 'C' && !auto:
 		return fmt.Errorf("checkpoint %d of a job without auto_commit shows committing, and no commit request may have decided it", v.id)
 	case c.status == 'P' && v.status == 'C':
@@ -595,7 +690,15 @@ func (s *mState) observe(v hView, auto bool) error {
 	if auto && c.status == 'P' && allPreparedIn(c) && s.lowerPreparing(v.id) == 0 {
 		return fmt.Errorf("checkpoint %d has every vote prepared and none lower preparing, yet it was not committed (auto_commit)", v.id)
 	}
+	s.seenPreparing(v.id)
 	return nil
+}
+
+// seenPreparing notes that checkpoint id is known to be preparing now.
+func (s *mState) seenPreparing(id int64) {
+	if c := s.cps[id-1]; c.status == 'P' && c.seen < int64(len(s.cps)) {
+		s.edit(id).seen = int64(len(s.cps))
+	}
 }
 
 func statusName(b byte) string {
@@ -674,7 +777,7 @@ func apply(s *mState, in hIn, out hOut) error {
 			if out.cp.id != n+1 {
 				return fmt.Errorf("opened checkpoint %d, the next id is %d", out.cp.id, n+1)
 			}
-			s.cps = append(s.cps, &mCP{status: 'P', key: in.key, parts: make([]hPart, len(s.names))})
+			s.cps = append(s.cps, &mCP{status: 'P', key: in.key, parts: make([]hPart, len(s.names)), seen: n + 1})
 			return s.observe(*out.cp, auto)
 		case prior != 0:
 			return fmt.Errorf("Idempotency-Key %s opened checkpoint %d, a retry answered %d %s", in.key, prior, out.status, out.code)
@@ -899,6 +1002,8 @@ func (s *mState) pending(in hIn, out hOut) error {
 			return fmt.Errorf("pending asks %s for %c on checkpoint %d, which it acked", in.p, it.action, it.id)
 		case it.action == 'v' && (c.status != 'P' || mine.vote != 0):
 			return fmt.Errorf("pending asks %s to vote on checkpoint %d, %s, its vote %s", in.p, it.id, statusName(c.status), partString(mine))
+		case it.action == 'v':
+			s.seenPreparing(it.id)
 		case it.action == 'c' && c.status != 'C':
 			return fmt.Errorf("pending asks %s to commit checkpoint %d, which is %s", in.p, it.id, statusName(c.status))
 		case it.action != 'v' && (mine.vote != 'p' || mine.chash != it.chash):
@@ -923,54 +1028,58 @@ func (s *mState) pending(in hIn, out hOut) error {
 // unknownNext is the model's step for a request whose answer was lost: the states if it
 // was not applied and, when it could have been, if it was.
 func unknownNext(s *mState, in hIn) []*mState {
-	next := []*mState{s}
-	t := s.clone()
-	applied := false
+	applied, _ := enumerate(s, func(t *mState) error { return applyLost(t, in) })
+	return append([]*mState{s}, applied...)
+}
+
+// applyLost applies a request whose answer was lost to t, or fails if it cannot have
+// been applied.
+func applyLost(t *mState, in hIn) error {
+	refused := errors.New("not applicable")
+	n := int64(len(t.cps))
+	if in.id != 0 && in.kind != opOpen && (in.id < 1 || in.id > n) || in.p != "" && t.part(in.p) < 0 {
+		return refused
+	}
 	switch in.kind {
 	case opOpen:
-		prior := slices.ContainsFunc(s.cps, func(c *mCP) bool { return in.key != "" && c.key == in.key })
-		if !prior {
-			t.cps = append(t.cps, &mCP{status: 'P', key: in.key, parts: make([]hPart, len(s.names))})
-			applied = true
+		if slices.ContainsFunc(t.cps, func(c *mCP) bool { return in.key != "" && c.key == in.key }) {
+			return refused
 		}
+		t.cps = append(t.cps, &mCP{status: 'P', key: in.key, parts: make([]hPart, len(t.names)), seen: n + 1})
 	case opRegister:
 		// The coordinator hands out the next epoch; any other higher one would do, but
 		// the model keeps one.
-		if i := s.part(in.p); i >= 0 {
-			t.register(i, s.epochs[i]+1)
-			applied = true
-		}
+		i := t.part(in.p)
+		t.register(i, t.epochs[i]+1)
 	case opVote:
-		i := s.part(in.p)
-		if i >= 0 && in.id >= 1 && in.id <= int64(len(s.cps)) && s.epochRefusal(in.p, in.epoch) == "" &&
-			s.cps[in.id-1].status == 'P' && s.cps[in.id-1].parts[i].vote == 0 {
-			t.edit(in.id).parts[i] = hPart{vote: in.vote, epoch: in.epoch, chash: in.chash}
-			if in.vote == 'a' {
-				t.abortFrom(in.id)
-			}
-			applied = true
+		i := t.part(in.p)
+		if t.epochRefusal(in.p, in.epoch) != "" || t.cps[in.id-1].status != 'P' || t.cps[in.id-1].parts[i].vote != 0 {
+			return refused
+		}
+		t.edit(in.id).parts[i] = hPart{vote: in.vote, epoch: in.epoch, chash: in.chash}
+		if in.vote == 'a' {
+			t.abortFrom(in.id)
 		}
 	case opAck:
-		i := s.part(in.p)
-		if i >= 0 && in.id >= 1 && in.id <= int64(len(s.cps)) && s.epochRefusal(in.p, in.epoch) == "" &&
-			s.cps[in.id-1].status != 'P' && !s.cps[in.id-1].parts[i].acked {
-			t.ack(in.id, i)
-			applied = true
+		i := t.part(in.p)
+		if t.epochRefusal(in.p, in.epoch) != "" || t.cps[in.id-1].status == 'P' || t.cps[in.id-1].parts[i].acked {
+			return refused
 		}
+		t.ack(in.id, i)
 	case opCommit:
-		if in.id >= 1 && in.id <= int64(len(s.cps)) && s.cps[in.id-1].status == 'P' {
-			applied = t.commitUpTo(in.id, in.cfg.autoCommit) == nil
+		if t.cps[in.id-1].status != 'P' {
+			return refused
 		}
+		return t.commitUpTo(in.id, in.cfg.autoCommit)
 	case opAbort:
-		if in.id >= 1 && in.id <= int64(len(s.cps)) && s.cps[in.id-1].status == 'P' {
-			t.abortFrom(in.id)
-			applied = true
+		if t.cps[in.id-1].status != 'P' {
+			return refused
 		}
+		t.abortFrom(in.id)
+	default:
+		return refused
 	}
-	if applied {
-		next = append(next, t.seal())
-	}
-	return next
+	return nil
 }
 
 // describeCP is checkpoint id as the visualization shows it.
@@ -1041,18 +1150,17 @@ var historyModel = porcupine.NondeterministicModel{
 			s = &mState{names: in.cfg.participants, epochs: make([]int64, len(in.cfg.participants))}
 			s.seal()
 		}
-		var next []any
+		var states []*mState
 		if out.unknown {
-			for _, t := range unknownNext(s, in) {
-				next = append(next, t)
-			}
-			return next
+			states = unknownNext(s, in)
+		} else {
+			states, _ = enumerate(s, func(t *mState) error { return apply(t, in, out) })
 		}
-		t := s.clone()
-		if apply(t, in, out) != nil {
-			return nil
+		next := make([]any, len(states))
+		for i, t := range states {
+			next[i] = t
 		}
-		return []any{t.seal()}
+		return next
 	},
 	Equal: func(a, b any) bool { return a.(*mState).equal(b.(*mState)) },
 	Hash:  func(s any) uint64 { return s.(*mState).hash },
@@ -1100,12 +1208,11 @@ func stepAll(states []*mState, op porcupine.Operation) ([]*mState, error) {
 			next = append(next, unknownNext(s, in)...)
 			continue
 		}
-		t := s.clone()
-		if err := apply(t, in, out); err != nil {
+		states, err := enumerate(s, func(t *mState) error { return apply(t, in, out) })
+		if err != nil {
 			why = err
-			continue
 		}
-		next = append(next, t.seal())
+		next = append(next, states...)
 	}
 	return next, why
 }
@@ -1340,7 +1447,13 @@ func TestHistoryModel(t *testing.T) {
 		s := base(true).open("k2", 2)
 		s = read(s, cpv(1, 'A', "-", "-"))
 		s.vote(2, "a", 1, 'p', 409, "already_decided", cpv(2, 'A', "-", "-")).check(t, true, "")
+		// Aborted before 2 opened, unseen: 2 is not part of the cascade.
 		s = base(true).open("k2", 2)
+		s = read(s, cpv(1, 'A', "-", "-"))
+		read(s, cpv(2, 'P', "-", "-")).check(t, true, "")
+		// Seen preparing once 2 was open, then aborted: the cascade took 2.
+		s = base(true).open("k2", 2)
+		s = read(s, cpv(1, 'P', "-", "-"))
 		s = read(s, cpv(1, 'A', "-", "-"))
 		read(s, cpv(2, 'P', "-", "-")).check(t, false, "was aborted")
 	})
@@ -1389,10 +1502,22 @@ func TestHistoryModel(t *testing.T) {
 		ack(s, 1, "a", cpv(1, 'D', "p1+", "p1")).check(t, false, "was committing, an answer shows it committed")
 	})
 	t.Run("a commit above a preparing checkpoint", func(t *testing.T) {
-		s := base(false).open("k2", 2).
+		s := base(false).open("k2", 2)
+		s = read(s, cpv(1, 'P', "-", "-")).
 			vote(2, "a", 1, 'p', 200, "", cpv(2, 'P', "p1", "-")).
 			vote(2, "b", 1, 'p', 200, "", cpv(2, 'P', "p1", "p1"))
 		commit(s, 2, 200, "", cpv(2, 'C', "p1", "p1")).check(t, false, "while checkpoint 1 was preparing (rule 9)")
+		// Unless 1 may have been aborted by its deadline before 2 opened.
+		s = base(false).open("k2", 2).
+			vote(2, "a", 1, 'p', 200, "", cpv(2, 'P', "p1", "-")).
+			vote(2, "b", 1, 'p', 200, "", cpv(2, 'P', "p1", "p1"))
+		s = commit(s, 2, 200, "", cpv(2, 'C', "p1", "p1"))
+		read(s, cpv(1, 'A', "-", "-")).check(t, true, "")
+		s = base(false).open("k2", 2).
+			vote(2, "a", 1, 'p', 200, "", cpv(2, 'P', "p1", "-")).
+			vote(2, "b", 1, 'p', 200, "", cpv(2, 'P', "p1", "p1"))
+		s = commit(s, 2, 200, "", cpv(2, 'C', "p1", "p1"))
+		read(s, cpv(1, 'P', "-", "-")).check(t, false, "was aborted, an answer shows it preparing")
 	})
 	t.Run("an abort that does not cascade", func(t *testing.T) {
 		s := base(true).open("k2", 2).add(hIn{kind: opAbort, id: 1}, &hOut{status: 200, cp: cpv(1, 'A', "-", "-")})

@@ -3,6 +3,7 @@ package e2e_test
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"math/rand/v2"
 	"net"
@@ -131,6 +132,7 @@ func TestFaultCoordinatorKills(t *testing.T) {
 	coords[0].Restart()
 
 	w.ledger.verify(t, a, jobNames(jobs)...)
+	w.checkHistory(t, a)
 	t.Logf("%s; %d retries", w.ledger.stats(), w.retries.Load())
 	if opened, votes, acks, commits := w.ledger.counts(); opened < 10 || votes < 20 || acks < 5 || commits < 3 {
 		t.Errorf("too little progress under kills to prove anything: %s", w.ledger.stats())
@@ -190,6 +192,7 @@ func TestFaultDatabaseCrash(t *testing.T) {
 		t.Errorf("requests answered 503 while the database was down changed the state:\nbefore %s\nafter  %s", probeBefore, after)
 	}
 	w.ledger.verify(t, a, jobNames(jobs)...)
+	w.checkHistory(t, a)
 	t.Logf("%s; %d retries, %d answers 503", w.ledger.stats(), w.retries.Load(), w.got503.Load())
 
 	// After the outages, a waiter on one coordinator is still woken by a decision taken
@@ -329,6 +332,17 @@ func TestFaultCoordinatorDownAcrossDeadlines(t *testing.T) {
 	}
 	cred := newCredentials(t, coord, tokens)
 	a := cred.api(coord)
+	// Every request is recorded, and the history checked against the rules at the end
+	// (history.check): the aborts the deadlines take while no coordinator runs included.
+	hist := newHistory()
+	for name := range tokens {
+		auto, maxConcurrent := name != "manual", 1
+		if name == "cascade" {
+			maxConcurrent = 3
+		}
+		hist.addJob(name, tokens[name], auto, maxConcurrent)
+	}
+	a.hist = hist
 	epochs := map[string]map[string]int64{}
 	for i := range lateJobs {
 		name := fmt.Sprintf("late-%d", i)
@@ -461,6 +475,10 @@ func TestFaultCoordinatorDownAcrossDeadlines(t *testing.T) {
 	if cp := a.get(t, "decided", 1); cp.DecidedBy == nil || *cp.DecidedBy != participantTokenName("decided", "sink-bravo") {
 		t.Errorf("decided/1 committed by sink-bravo's vote, decided_by %v", cp.DecidedBy)
 	}
+	for name := range tokens {
+		a.mustListAll(t, name)
+	}
+	hist.check(t)
 	checkLogsHoldNoSecret(t, cred, coord)
 }
 
@@ -478,6 +496,12 @@ func TestFaultParticipantRestarts(t *testing.T) {
 	// epoch that fences the old one.
 	cred := newCredentials(t, coord, map[string][]string{"restart": {"sink-a", "sink-b", "source"}, "race-restart": {"w", "v"}})
 	a := cred.api(coord)
+	// Every request of the test is recorded, and the history checked against the rules
+	// at the end (history.check).
+	hist := newHistory()
+	hist.addJob("restart", []string{"sink-a", "sink-b", "source"}, true, 5)
+	hist.addJob("race-restart", []string{"w", "v"}, true, 1)
+	a.hist = hist
 
 	e := a.setupJob(t, "restart", `{"participants":["sink-a","sink-b","source"],"max_concurrent_checkpoints":5}`, "sink-a", "sink-b", "source")
 	old := e["sink-a"]
@@ -628,6 +652,9 @@ func TestFaultParticipantRestarts(t *testing.T) {
 		}
 	}
 	t.Logf("outcomes: %v", outcomes)
+	a.mustListAll(t, "restart")
+	a.mustListAll(t, "race-restart")
+	hist.check(t)
 	checkLogsHoldNoSecret(t, cred, coord)
 }
 
@@ -642,17 +669,35 @@ func TestFaultCutRequests(t *testing.T) {
 	cred := newCredentials(t, coord, map[string][]string{"cut": {"a", "b"}})
 	a := cred.api(coord)
 	rng := newRand(t)
-	e := a.setupJob(t, "cut", `{"participants":["a","b"],"checkpoint_timeout_ms":60000}`, "a", "b")
+	a.mustDo(t, "PUT", jobPath("cut"), `{"participants":["a","b"],"checkpoint_timeout_ms":60000}`, http.StatusCreated, nil)
+	// Every request is recorded, the cut ones with their outcome unknown, and the history
+	// checked against the rules at the end (history.check).
+	hist := newHistory()
+	hist.addJob("cut", []string{"a", "b"}, true, 1)
+	e := map[string]int64{}
+	for _, p := range []string{"a", "b"} {
+		rep, err := hist.send(context.Background(), a, request{method: "POST", path: registerPath("cut", p)})
+		var reg coordinatorclient.Registration
+		if err != nil || rep.status != http.StatusOK || json.Unmarshal(rep.body, &reg) != nil {
+			t.Fatalf("register %s: %v %v", p, rep, err)
+		}
+		e[p] = reg.Epoch
+	}
 
 	cuts := 0
 	// send cuts r a few times, then sends it until it is answered, and returns the answer.
 	send := func(r request, want int) reply {
 		t.Helper()
 		for range 1 + rng.IntN(3) {
+			call := hist.now()
 			cutRequest(t, a, coord.Addr, r, rng)
+			hist.record(r, call, reply{}, errCut, hist.now())
 			cuts++
 		}
-		return a.must(t, r, want, nil)
+		call := hist.now()
+		rep := a.must(t, r, want, nil)
+		hist.record(r, call, rep, nil, hist.now())
+		return rep
 	}
 	votedAt := map[partKey]time.Time{}
 	ackedAt := map[partKey]time.Time{}
@@ -705,6 +750,11 @@ func TestFaultCutRequests(t *testing.T) {
 			t.Errorf("checkpoint %d: %s, want %s", cp.Id, cp.Status, want)
 		}
 	}
+	rep, err := hist.send(context.Background(), a, request{method: "GET", path: jobPath("cut") + "/checkpoints?limit=1000"})
+	if err != nil || rep.status != http.StatusOK {
+		t.Fatalf("list: %v %v", rep, err)
+	}
+	hist.check(t)
 	// Bodies cut short never reach the protocol.
 	a.prepare(t, "cut", "")
 	before := rawGet(t, a, jobPath("cut")+"/checkpoints")
@@ -745,6 +795,10 @@ func rawRequest(a *api, addr string, r request) (head, body []byte) {
 	b.WriteString("\r\n")
 	return []byte(b.String()), []byte(r.body)
 }
+
+// errCut is the error a history records for a request cutRequest cut: its outcome is
+// unknown.
+var errCut = errors.New("request cut")
 
 // cutRequest sends r and cuts it: by a client timeout of 0 to 15 ms, or by closing the
 // connection (gracefully or with a reset) 0 to 5 ms after the whole request was written,

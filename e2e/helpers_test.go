@@ -40,6 +40,7 @@ type api struct {
 	base string
 	hc   *http.Client
 	cred *credentials // nil: no token
+	hist *history     // if not nil, records every request and its answer
 }
 
 func newAPI(c *harness.Coordinator) *api { return &api{base: c.BaseURL, hc: c.HTTP} }
@@ -69,6 +70,14 @@ type request struct {
 }
 
 func (a *api) send(ctx context.Context, r request) (reply, error) {
+	if h := a.hist; h != nil {
+		unrecorded := *a
+		unrecorded.hist = nil
+		call := h.now()
+		rep, err := unrecorded.send(ctx, r)
+		h.record(r, call, rep, err, h.now())
+		return rep, err
+	}
 	var body io.Reader
 	if r.body != "" {
 		body = strings.NewReader(r.body)

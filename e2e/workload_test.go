@@ -10,6 +10,7 @@ import (
 	"math/rand/v2"
 	"net"
 	"net/http"
+	"net/url"
 	"sort"
 	"sync"
 	"sync/atomic"
@@ -42,6 +43,7 @@ type workload struct {
 	apis           []*api // every request goes to one of them, chosen afresh for each attempt
 	jobs           []workloadJob
 	ledger         *ledger
+	history        *history      // every request and its answer, for the check of the rules
 	requestTimeout time.Duration // a client gives up on one exchange after this
 	retryFor       time.Duration // and on a request after this
 
@@ -53,7 +55,7 @@ type workload struct {
 }
 
 func newWorkload(t testing.TB, apis []*api, requestTimeout time.Duration, jobs ...workloadJob) *workload {
-	return &workload{t: t, apis: apis, jobs: jobs, ledger: newLedger(), requestTimeout: requestTimeout, retryFor: 45 * time.Second,
+	return &workload{t: t, apis: apis, jobs: jobs, ledger: newLedger(), history: newHistory(), requestTimeout: requestTimeout, retryFor: 45 * time.Second,
 		epochs: map[string]map[string]int64{}}
 }
 
@@ -65,9 +67,14 @@ func (w *workload) start() {
 		cfg, _ := json.Marshal(map[string]any{"participants": j.participants, "auto_commit": j.autoCommit,
 			"max_concurrent_checkpoints": j.maxConcurrent, "checkpoint_timeout_ms": j.timeoutMs})
 		w.apis[0].mustDo(w.t, "PUT", jobPath(j.name), string(cfg), http.StatusCreated, nil)
+		w.history.addJob(j.name, j.participants, j.autoCommit, j.maxConcurrent)
 		w.epochs[j.name] = map[string]int64{}
 		for _, p := range j.participants {
-			w.epochs[j.name][p] = w.apis[0].register(w.t, j.name, p).Epoch
+			call := w.history.now()
+			reg := w.apis[0].register(w.t, j.name, p)
+			w.history.record(request{method: "POST", path: registerPath(j.name, p)}, call,
+				reply{status: http.StatusOK, body: fmt.Appendf(nil, `{"epoch":%d}`, reg.Epoch)}, nil, w.history.now())
+			w.epochs[j.name][p] = reg.Epoch
 		}
 	}
 	for _, j := range w.jobs {
@@ -84,6 +91,30 @@ func (w *workload) stop() {
 	w.wg.Wait()
 }
 
+// checkHistory reads every checkpoint of the jobs through a, recorded as the history's last
+// operations, and checks the history (history.check): every answer any client received
+// must follow from the protocol's rules, and so must the state the coordinator ends in.
+func (w *workload) checkHistory(t testing.TB, a *api) {
+	t.Helper()
+	for _, j := range w.jobs {
+		path := jobPath(j.name) + "/checkpoints?limit=1000"
+		for path != "" {
+			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			rep, err := w.history.send(ctx, a, request{method: "GET", path: path})
+			cancel()
+			var page coordinatorclient.CheckpointList
+			if err != nil || rep.status != http.StatusOK || json.Unmarshal(rep.body, &page) != nil {
+				t.Fatalf("list checkpoints of %s: %v %v", j.name, rep, err)
+			}
+			path = ""
+			if page.NextCursor != nil {
+				path = jobPath(j.name) + "/checkpoints?limit=1000&cursor=" + url.QueryEscape(*page.NextCursor)
+			}
+		}
+	}
+	w.history.check(t)
+}
+
 // call sends r until its answer is definitive and returns it; false means it gave up
 // (already reported as a failure). A 5xx other than a well-formed 503 is a failure, and so
 // is an exchange that takes longer than requestTimeout: the coordinator must never hang.
@@ -93,7 +124,7 @@ func (w *workload) call(r request) (reply, bool) {
 	for {
 		ctx, cancel := context.WithTimeout(context.Background(), w.requestTimeout)
 		sent := w.ledger.tick()
-		rep, err := w.apis[rand.IntN(len(w.apis))].send(ctx, r)
+		rep, err := w.history.send(ctx, w.apis[rand.IntN(len(w.apis))], r)
 		cancel()
 		rep.sent, rep.received = sent, w.ledger.tick()
 		switch {

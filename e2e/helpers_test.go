@@ -73,10 +73,7 @@ func (a *api) send(ctx context.Context, r request) (reply, error) {
 	if h := a.hist; h != nil {
 		unrecorded := *a
 		unrecorded.hist = nil
-		call := h.now()
-		rep, err := unrecorded.send(ctx, r)
-		h.record(r, call, rep, err, h.now())
-		return rep, err
+		return h.send(ctx, &unrecorded, r)
 	}
 	var body io.Reader
 	if r.body != "" {

@@ -286,9 +286,7 @@ func committablesHash(raw json.RawMessage) uint64 {
 		b.Reset()
 		b.WriteString("[]")
 	}
-	f := fnv.New64a()
-	f.Write(b.Bytes())
-	return f.Sum64() | 1 // never 0, which means none
+	return hash(b.String()) | 1 // never 0, which means none
 }
 
 type wireCP struct {

@@ -67,6 +67,9 @@ func TestPropertiesHold(t *testing.T) {
 // its guard would prove nothing about the guard.
 func TestPropertiesFailWithoutTheirGuards(t *testing.T) {
 	t.Parallel()
+	// One verifier per switch and kind, kept for the properties that share it.
+	shared := t.TempDir()
+	built := map[string]string{}
 	for _, p := range properties {
 		for _, br := range p.breaks {
 			t.Run(p.name+"/"+br, func(t *testing.T) {
@@ -74,7 +77,16 @@ func TestPropertiesFailWithoutTheirGuards(t *testing.T) {
 				if !p.liveness {
 					flags = append(flags, "-DSAFETY")
 				}
-				dir := build(t, br, flags...)
+				key := br + strings.Join(flags, " ")
+				dir, ok := built[key]
+				if !ok {
+					var err error
+					if dir, err = os.MkdirTemp(shared, "pan-"); err != nil {
+						t.Fatal(err)
+					}
+					buildIn(t, dir, br, flags...)
+					built[key] = dir
+				}
 				r := pan(t, dir, claimArgs(p.name, p.liveness)...)
 				if r.errors == 0 {
 					t.Fatalf("%s still holds without %s: the guard is not what enforces it\n%s", p.name, br, r.out)
@@ -104,6 +116,14 @@ func claimArgs(name string, liveness bool) []string {
 // and compiles it, in a directory of its own.
 func build(t *testing.T, define string, cflags ...string) string {
 	t.Helper()
+	dir := t.TempDir()
+	buildIn(t, dir, define, cflags...)
+	return dir
+}
+
+// buildIn does the same in dir.
+func buildIn(t *testing.T, dir, define string, cflags ...string) {
+	t.Helper()
 	for _, tool := range []string{"spin", "gcc"} {
 		if _, err := exec.LookPath(tool); err != nil {
 			if testing.Short() {
@@ -116,7 +136,6 @@ func build(t *testing.T, define string, cflags ...string) string {
 	if err != nil {
 		t.Fatal(err)
 	}
-	dir := t.TempDir()
 	args := []string{"-a"}
 	if define != "" {
 		args = append(args, "-D"+define)
@@ -125,7 +144,6 @@ func build(t *testing.T, define string, cflags ...string) string {
 	// Unoptimised: pan.c compiles in seconds instead of half a minute, and the search
 	// takes seconds either way.
 	run(t, dir, "gcc", append(append([]string{"-O0"}, cflags...), "-o", "pan", "pan.c")...)
-	return dir
 }
 
 func run(t *testing.T, dir, name string, args ...string) {

@@ -12,6 +12,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/go-sql-driver/mysql"
 
@@ -140,12 +141,21 @@ func (s *MariaDBSink) Prepare(ctx context.Context, checkpoint int64) ([]MariaDBC
 	}
 	// The session that prepared is closed, not handed back to the pool: the prepared
 	// transaction then belongs to no session, and any may commit or roll it back.
-	defer func() {
-		_ = conn.Raw(func(any) error { return driver.ErrBadConn })
-		_ = conn.Close()
-	}()
+	closed := false
+	closeSession := func() {
+		if !closed {
+			closed = true
+			_ = conn.Raw(func(any) error { return driver.ErrBadConn })
+			_ = conn.Close()
+		}
+	}
+	defer closeSession()
 	fail := func(what string, err error) ([]MariaDBCommittable, error) {
 		return nil, fmt.Errorf("%s checkpoint %d: %w", what, checkpoint, err)
+	}
+	var session int64
+	if err := conn.QueryRowContext(ctx, "SELECT CONNECTION_ID()").Scan(&session); err != nil {
+		return fail("session of", err)
 	}
 	if _, err := conn.ExecContext(ctx, "XA START "+quoteXID(xid)); err != nil {
 		return fail("xa start", err)
@@ -180,8 +190,41 @@ func (s *MariaDBSink) Prepare(ctx context.Context, checkpoint int64) ([]MariaDBC
 		s.uncertain[xid] = true
 		return fail("xa prepare", err)
 	}
+	// The server lets the transaction go when the closed session's thread ends, a moment
+	// after the client hangs up; until then XA COMMIT and XA ROLLBACK from other sessions
+	// call it unknown. Prepare returns once the thread is gone, so that any session may
+	// finish what it prepared.
+	closeSession()
+	if err := s.awaitSessionEnd(ctx, session); err != nil {
+		if s.uncertain == nil {
+			s.uncertain = map[string]bool{}
+		}
+		s.uncertain[xid] = true // not lost: Prepare's error is retried and rolls it back
+		return fail("xa prepare", err)
+	}
 	s.log().Debug("prepared", "xid", xid, "rows", len(events))
 	return []MariaDBCommittable{{XID: xid, Rows: len(events)}}, nil
+}
+
+// awaitSessionEnd waits until the server's thread of the closed session is gone from
+// the process list, when the server has detached its prepared XA transaction.
+func (s *MariaDBSink) awaitSessionEnd(ctx context.Context, session int64) error {
+	const poll = 2 * time.Millisecond
+	for {
+		var n int
+		err := s.DB.QueryRowContext(ctx, "SELECT COUNT(*) FROM information_schema.PROCESSLIST WHERE ID = ?", session).Scan(&n)
+		if err != nil {
+			return fmt.Errorf("wait for the preparing session to end: %w", err)
+		}
+		if n == 0 {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("wait for the preparing session to end: %w", ctx.Err())
+		case <-time.After(poll):
+		}
+	}
 }
 
 // finish runs XA COMMIT or XA ROLLBACK (verb) of xid in a session of its own.

@@ -648,3 +648,58 @@ func TestLockedJobDelaysNoDeadline(t *testing.T) {
 		t.Errorf("%s/%d aborted at %v, before its deadline %v", heldJob, heldCp.Id, last.DecidedAt, last.Deadline)
 	}
 }
+
+// TestStartupSweepOutlastsALockedJob: a job whose row another transaction holds locked
+// while the coordinator starts keeps the start-up sweep from aborting its expired
+// checkpoint; the sweep tries the job again until the lock goes (within
+// --request-timeout), so the checkpoint is still aborted before the coordinator listens
+// (rule 6), and another job's expired checkpoint as well.
+func TestStartupSweepOutlastsALockedJob(t *testing.T) {
+	t.Parallel()
+	cluster := harness.StartCluster(t)
+	dbURL := cluster.NewDatabase(t)
+	coord := harness.StartCoordinator(t, dbURL, "--request-timeout", "20s")
+	a := newAPI(coord)
+
+	const config = `{"participants":["sink-late"]}`
+	cps := map[string]checkpoint{}
+	for _, job := range []string{"held", "free"} {
+		a.mustDo(t, "PUT", jobPath(job), config, http.StatusCreated, nil)
+		cps[job] = a.prepare(t, job, `{"timeout_ms":200}`)
+	}
+	coord.Stop()
+	for _, cp := range cps {
+		time.Sleep(time.Until(cp.Deadline.Add(100 * time.Millisecond)))
+	}
+
+	// The lock is held for longer than one sweep gives a job (half a second), counted
+	// from when the coordinator starts.
+	const held = 2 * time.Second
+	lock := lockJobRow(t, dbURL, "held")
+	var released time.Time
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		time.Sleep(held)
+		released = time.Now()
+		lock.release()
+	}()
+	coord.Restart()
+	<-done
+	listening := coord.ListeningAt()
+	if listening.Before(released) {
+		t.Errorf("the coordinator listened at %v, before the lock on the expired job's row was released at %v", listening, released)
+	}
+	for job, cp := range cps {
+		got := a.get(t, job, cp.Id)
+		switch {
+		case got.Status != "aborted" || got.DecidedAt == nil:
+			t.Errorf("%s/%d is %s right after the restart, past its deadline %v", job, cp.Id, got.Status, cp.Deadline)
+		case got.DecidedAt.After(listening.Add(time.Millisecond)): // slog writes times to the millisecond
+			t.Errorf("%s/%d aborted at %v, after the coordinator began to serve at %v", job, cp.Id, got.DecidedAt, listening)
+		}
+	}
+	if logs := coord.Logs(); strings.Contains(logs, "could not abort every checkpoint") {
+		t.Errorf("the start-up sweep gave up on the locked job:\n%s", logs)
+	}
+}

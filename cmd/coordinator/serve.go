@@ -58,9 +58,7 @@ func serve(ctx context.Context, cfg config, logger *slog.Logger) error {
 
 	// Rule 6 of docs/protocol.md: after an outage, expired checkpoints are aborted before
 	// new work is served.
-	// A job that cannot be swept now (its row locked elsewhere) does not keep the others
-	// waiting: the sweeper tries it again, and no vote is counted past a deadline anyway.
-	swept, err := svc.SweepExpired(ctx)
+	swept, err := sweepAtStart(ctx, svc, cfg.requestTimeout)
 	if ctx.Err() != nil {
 		return nil
 	}
@@ -205,4 +203,29 @@ func consoleHandler(on bool) http.Handler {
 		return nil
 	}
 	return ui.Handler()
+}
+
+// sweepAtStart aborts the checkpoints that expired while no coordinator ran, before the
+// coordinator serves. A sweep bounds each job's share (a job whose row is locked
+// elsewhere keeps no other job waiting), so the jobs a sweep could not finish, on a
+// loaded machine or behind another coordinator's transaction, are swept again until
+// every expired checkpoint is aborted or within has passed; then the coordinator serves
+// anyway and its sweeper goes on (no vote counts past a deadline either way). It returns
+// how many jobs it swept and the last sweep's error.
+func sweepAtStart(ctx context.Context, svc *coordinator.Service, within time.Duration) (int, error) {
+	const pause = 50 * time.Millisecond
+	end := time.Now().Add(within)
+	total := 0
+	for {
+		swept, err := svc.SweepExpired(ctx)
+		total += swept
+		if err == nil || ctx.Err() != nil || time.Now().Add(pause).After(end) {
+			return total, err
+		}
+		select {
+		case <-ctx.Done():
+			return total, err
+		case <-time.After(pause):
+		}
+	}
 }

@@ -9,9 +9,11 @@ import (
 	"fmt"
 	"hash/fnv"
 	"io"
+	"maps"
 	"math"
 	"net/http"
 	"net/http/httptest"
+	"net/http/httptrace"
 	"net/http/httputil"
 	"net/url"
 	"os"
@@ -114,6 +116,11 @@ type hOut struct {
 	epoch   int64   // register, pending
 	items   []hItem // pending
 	raw     string  // the answer as received, for the visualization
+	// For a lost answer: the coordinator the request went to (its base URL), and the last
+	// time a connection to it was taken for the request (0: none was), which bound says
+	// when the request may have taken effect.
+	via    string
+	connAt int64
 }
 
 // history records the operations of a test's requests.
@@ -123,6 +130,9 @@ type history struct {
 	jobs  map[string]*histJob
 	ops   []porcupine.Operation
 	ids   map[string]int // client name -> ClientId
+	// ends holds, by coordinator (base URL), the times by which one of its processes had
+	// been killed and every database session of it had ended (ended).
+	ends map[string][]int64
 	// unmodeled lists the requests to a recorded job that may change it but that the
 	// model does not know (a job's change, complete): check refuses to call such a
 	// history checked.
@@ -130,7 +140,7 @@ type history struct {
 }
 
 func newHistory() *history {
-	return &history{start: time.Now(), jobs: map[string]*histJob{}, ids: map[string]int{}}
+	return &history{start: time.Now(), jobs: map[string]*histJob{}, ids: map[string]int{}, ends: map[string][]int64{}}
 }
 
 // now is the history's monotonic clock.
@@ -145,11 +155,26 @@ func (h *history) addJob(name string, participants []string, autoCommit bool, ma
 	h.jobs[name] = &histJob{participants: ps, autoCommit: autoCommit, maxConcurrent: maxConcurrent}
 }
 
+// ended tells the history that the process serving base has been killed and that every
+// database session of it has ended (harness.Coordinator.KillSettled): a request whose
+// answer was lost, sent to that process, did whatever it did before now.
+func (h *history) ended(base string) {
+	at := h.now()
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.ends[base] = append(h.ends[base], at)
+}
+
 // send sends r through a and records it; the answer is returned as a.send's.
 func (h *history) send(ctx context.Context, a *api, r request) (reply, error) {
+	var connAt atomic.Int64
+	ctx = httptrace.WithClientTrace(ctx, &httptrace.ClientTrace{
+		// The transport may try again on another connection: the last one counts.
+		GotConn: func(httptrace.GotConnInfo) { connAt.Store(h.now()) },
+	})
 	call := h.now()
 	rep, err := a.send(ctx, r)
-	h.record(r, call, rep, err, h.now())
+	h.recordVia(r, call, rep, err, h.now(), a.base, connAt.Load())
 	return rep, err
 }
 
@@ -160,6 +185,12 @@ func (h *history) send(ctx context.Context, a *api, r request) (reply, error) {
 // not have been applied) was answered once the coordinator had given up on it: whatever
 // it did, it did before that answer.
 func (h *history) record(r request, call int64, rep reply, err error, ret int64) {
+	h.recordVia(r, call, rep, err, ret, "", 0)
+}
+
+// recordVia is record of a request sent to the coordinator at via, which took a
+// connection last at connAt (0: never).
+func (h *history) recordVia(r request, call int64, rep reply, err error, ret int64, via string, connAt int64) {
 	in, ok := h.input(r)
 	if !ok {
 		h.noteUnmodeled(r)
@@ -181,6 +212,7 @@ func (h *history) record(r request, call int64, rep reply, err error, ret int64)
 		// not overlap it.
 		client += " (lost)"
 		ret = math.MaxInt64
+		out.via, out.connAt = via, connAt
 	}
 	h.mu.Lock()
 	defer h.mu.Unlock()
@@ -1201,20 +1233,33 @@ func stepAll(states []*mState, op porcupine.Operation) ([]*mState, error) {
 		states = []*mState{(&mState{names: in.cfg.participants, epochs: make([]int64, len(in.cfg.participants))}).seal()}
 	}
 	var next []*mState
+	seen := map[uint64][]*mState{} // the states of next by hash: a state reached twice is kept once
+	add := func(ts ...*mState) {
+		for _, t := range ts {
+			if !slices.ContainsFunc(seen[t.hash], t.equal) {
+				seen[t.hash] = append(seen[t.hash], t)
+				next = append(next, t)
+			}
+		}
+	}
 	var why error
 	for _, s := range states {
 		if out.unknown {
-			next = append(next, unknownNext(s, in)...)
+			add(unknownNext(s, in)...)
 			continue
 		}
 		states, err := enumerate(s, func(t *mState) error { return apply(t, in, out) })
 		if err != nil {
 			why = err
 		}
-		next = append(next, states...)
+		add(states...)
 	}
 	return next, why
 }
+
+// explainLimit bounds the states reason follows: past it, a failure is reported without
+// its explanation rather than explained in minutes.
+const explainLimit = 100_000
 
 // explain replays ops in the order given and returns the first answer the model refuses,
 // for tests of the model: nil if every step is legal in some state.
@@ -1244,6 +1289,9 @@ func reason(ops []porcupine.Operation, info porcupine.LinearizationInfo) string 
 	for _, id := range longest {
 		states, _ = stepAll(states, ops[id])
 		done[id] = true
+		if len(states) > explainLimit {
+			return fmt.Sprintf("not explained: after %d of the %d operations of the longest linearization the model has more than %d possible states", len(done), len(longest), explainLimit)
+		}
 	}
 	next := -1
 	for id, op := range ops {
@@ -1278,7 +1326,7 @@ func (h *history) check(t testing.TB) {
 		t.Errorf("the history holds requests the model does not know, which may have changed the jobs: %q", unmodeled)
 		return
 	}
-	ops = bound(ops)
+	ops = h.bound(ops)
 	model := historyModel.ToModel()
 	for _, part := range historyModel.Partition(ops) {
 		job := part[0].Input.(hIn).job
@@ -1321,8 +1369,17 @@ func (h *history) check(t testing.TB) {
 // took effect before that answer or not at all, since applying it again afterwards
 // changes nothing (rule 4: the same vote, ack, commit or abort again, or the same
 // Idempotency-Key, is answered with the state as it is). A registration is not
-// idempotent, and stays open.
-func bound(ops []porcupine.Operation) []porcupine.Operation {
+// idempotent, and stays open, unless the process it was sent to ended: a lost request
+// whose process was killed and whose database sessions ended (ended) took effect before
+// that end or not at all; one that never got a connection was never sent, and is left out.
+func (h *history) bound(ops []porcupine.Operation) []porcupine.Operation {
+	h.mu.Lock()
+	ends := maps.Clone(h.ends)
+	h.mu.Unlock()
+	return bound(ops, ends)
+}
+
+func bound(ops []porcupine.Operation, ends map[string][]int64) []porcupine.Operation {
 	answered := map[hIn][]porcupine.Operation{} // 2xx answers by request, in the order sent
 	for _, op := range ops {
 		if out := op.Output.(hOut); !out.unknown && out.status >= 200 && out.status < 300 {
@@ -1338,6 +1395,17 @@ func bound(ops []porcupine.Operation) []porcupine.Operation {
 		if !op.Output.(hOut).unknown {
 			out = append(out, op)
 			continue
+		}
+		if out := op.Output.(hOut); out.via != "" && out.connAt == 0 {
+			continue // it never had a connection (refused: its coordinator was down), so it was never sent
+		} else if out.connAt > 0 {
+			// The connection was taken at connAt from a process of out.via that was
+			// running when it was opened, no later; that process's end is the first of
+			// out.via's ends after connAt, or a later one.
+			es := ends[out.via]
+			if i, _ := slices.BinarySearch(es, out.connAt); i < len(es) {
+				op.Return = min(op.Return, es[i])
+			}
 		}
 		switch in.kind {
 		case opRead, opList, opPending:
@@ -1781,6 +1849,43 @@ func TestHistoryCatchesLies(t *testing.T) {
 		h.check(rec)
 		checkCaught(t, rec, "lie-epoch", "register p gave epoch 1, it had 1 (rule 5)")
 	})
+}
+
+// TestHistoryBound checks what bound makes of requests whose answers were lost: a lost
+// request that never had a connection is left out; one sent to a coordinator whose process
+// then ended is open until the end of the process it took its connection from; a retried
+// write is open until its 2xx; anything else stays open to the end of the history.
+func TestHistoryBound(t *testing.T) {
+	const via, other = "http://127.0.0.1:1", "http://127.0.0.1:2"
+	cfg := &histJob{participants: []string{"a"}, autoCommit: true, maxConcurrent: 1}
+	vote := hIn{kind: opVote, job: "j", id: 1, p: "a", epoch: 1, vote: 'p', cfg: cfg}
+	vote2 := hIn{kind: opVote, job: "j", id: 2, p: "a", epoch: 1, vote: 'p', cfg: cfg}
+	ack := hIn{kind: opAck, job: "j", id: 1, p: "a", epoch: 1, cfg: cfg}
+	lost := func(in hIn, call int64, via string, connAt int64) porcupine.Operation {
+		return porcupine.Operation{Input: in, Call: call, Output: hOut{unknown: true, via: via, connAt: connAt}, Return: math.MaxInt64}
+	}
+	ends := map[string][]int64{via: {100, 200, 300}}
+	ops := []porcupine.Operation{
+		lost(vote, 10, via, 0),    // refused: never sent
+		lost(vote, 10, via, 150),  // the process that ended at 200
+		lost(vote, 10, via, 200),  // taken at the end: at most the next process's
+		lost(vote, 10, via, 350),  // after the last end: open
+		lost(vote, 10, other, 50), // a coordinator never killed: open
+		lost(vote2, 10, "", 0),    // recorded without a coordinator (a cut): open
+		lost(ack, 20, "", 0),      // retried below: open until its 2xx
+		{Input: ack, Call: 30, Output: hOut{status: 200}, Return: 40},
+		lost(hIn{kind: opRead, job: "j", id: 1, cfg: cfg}, 10, via, 150), // a read: left out
+	}
+	got := bound(ops, ends)
+	var returns []int64
+	for _, op := range got {
+		returns = append(returns, op.Return)
+	}
+	const open = math.MaxInt64
+	want := []int64{200, 200, open, open, open, 40, 40}
+	if !slices.Equal(returns, want) {
+		t.Errorf("bound returned operations ending at %v, want %v", returns, want)
+	}
 }
 
 // TestHistoryVisualization checks that an illegal history with a lost answer (its Return

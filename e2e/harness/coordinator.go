@@ -2,6 +2,7 @@ package harness
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -11,9 +12,12 @@ import (
 	"os/exec"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/jackc/pgx/v5"
 
 	"github.com/twophase/coordinator/clients/go/coordinatorclient"
 )
@@ -27,6 +31,9 @@ const (
 	// logLines is how many lines of output a Coordinator keeps for failure messages.
 	logLines = 400
 )
+
+// processes numbers the coordinator processes this test binary starts.
+var processes atomic.Int64
 
 // Coordinator is the coordinator binary running as a process on 127.0.0.1, started by
 // StartCoordinator. Its address does not change across Restart, so BaseURL, Client and
@@ -61,6 +68,7 @@ type Coordinator struct {
 	listeningAt time.Time
 	listeningLn []byte // the current process's "listening" line
 	starts      int
+	appName     string // the current process's application_name in the database
 }
 
 // StartCoordinator builds the coordinator (once) and runs it with --database-url dbURL,
@@ -163,6 +171,48 @@ func (c *Coordinator) newClients() {
 func (c *Coordinator) Kill() {
 	c.t.Helper()
 	c.kill()
+}
+
+// KillSettled kills the process as Kill does, then waits until the database has no
+// session of it left: from then on nothing the killed process started can still change
+// the database (a transaction whose COMMIT reached PostgreSQL before the kill has
+// committed, every other one has rolled back). The process's sessions are told apart by
+// their application_name, which the harness sets (PGAPPNAME) for each process it starts.
+func (c *Coordinator) KillSettled() {
+	c.t.Helper()
+	c.mu.Lock()
+	appName := c.appName
+	c.mu.Unlock()
+	c.kill()
+	ctx, cancel := context.WithTimeout(context.Background(), coordinatorStopTimeout)
+	defer cancel()
+	conn, err := pgx.Connect(ctx, c.databaseURL())
+	if err != nil {
+		c.t.Fatalf("harness: connect to see the killed coordinator's sessions end: %v", err)
+	}
+	defer conn.Close(context.Background())
+	for {
+		var n int
+		err := conn.QueryRow(ctx, "SELECT count(*) FROM pg_stat_activity WHERE application_name = $1", appName).Scan(&n)
+		if err != nil {
+			c.t.Fatalf("harness: the killed coordinator's sessions did not end: %v", err)
+		}
+		if n == 0 {
+			return
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+// databaseURL is the --database-url the coordinator was started with.
+func (c *Coordinator) databaseURL() string {
+	for i, a := range c.args[:len(c.args)-1] {
+		if a == "--database-url" {
+			return c.args[i+1]
+		}
+	}
+	c.t.Fatalf("harness: the coordinator has no --database-url")
+	return ""
 }
 
 // Stop sends SIGTERM and expects a graceful exit with status 0 within 30 s; anything else
@@ -300,7 +350,8 @@ func (c *Coordinator) launch(listen string) error {
 	}}
 	args := append([]string{"--listen", listen}, c.args...)
 	cmd := exec.Command(c.bin, args...)
-	cmd.Env = coordinatorEnv()
+	appName := fmt.Sprintf("coordinator-test-%d-%d", os.Getpid(), processes.Add(1))
+	cmd.Env = append(coordinatorEnv(), "PGAPPNAME="+appName)
 	cmd.Stdout, cmd.Stderr = out, out
 	cmd.SysProcAttr = childAttr(nil)
 	if err := cmd.Start(); err != nil {
@@ -317,7 +368,7 @@ func (c *Coordinator) launch(listen string) error {
 		close(exited)
 	}()
 	c.mu.Lock()
-	c.cmd, c.exited, c.listening, c.state, c.listeningLn = cmd, exited, listening, nil, nil
+	c.cmd, c.exited, c.listening, c.state, c.listeningLn, c.appName = cmd, exited, listening, nil, nil, appName
 	c.mu.Unlock()
 	return nil
 }

@@ -339,49 +339,13 @@ func (s *MariaDBSink) Recover(ctx context.Context, epoch int64, pending []cc.Ite
 	if err != nil {
 		return fmt.Errorf("xa recover: %w", err)
 	}
-	owed := map[string]bool{}
-	for _, it := range pending {
-		for _, c := range it.Committables {
-			owed[c.XID] = true
-		}
-	}
-	for _, xid := range xids {
-		if owed[xid] {
-			continue
-		}
-		id, err := strconv.ParseInt(strings.TrimPrefix(xid, s.XIDPrefix), 10, 64)
-		if err != nil {
-			s.log().Warn("XA transaction with an unexpected name, left alone", "xid", xid)
-			continue
-		}
-		cp, err := s.Coordinator.Checkpoint(ctx, s.Job, id, 0)
-		if errors.Is(err, cc.ErrNotFound) {
-			s.log().Warn("XA transaction of an unknown checkpoint, left alone", "xid", xid)
-			continue
-		}
-		if err != nil {
-			return err
-		}
-		voted := votedWith(cp, s.Name, func(raw cc.Committables) bool {
-			cs, err := cc.DecodeCommittables[MariaDBCommittable](raw)
-			return err == nil && slices.ContainsFunc(cs, func(c MariaDBCommittable) bool { return c.XID == xid })
-		})
-		switch {
-		case cp.Status == cc.Preparing && voted:
-			s.log().Info("XA transaction in doubt, waiting for the decision", "xid", xid)
-		case (cp.Status == cc.Committing || cp.Status == cc.Committed) && voted:
-			if err := s.Commit(ctx, id, []MariaDBCommittable{{XID: xid}}); err != nil {
-				return err
-			}
-			s.log().Info("recovered: committed", "xid", xid)
-		default:
-			if err := s.Abort(ctx, id, []MariaDBCommittable{{XID: xid}}); err != nil {
-				return err
-			}
-			s.log().Info("recovered: rolled back an orphan", "xid", xid, "status", cp.Status)
-		}
-	}
-	return nil
+	return reconciler[MariaDBCommittable]{
+		coord: s.Coordinator, job: s.Job, name: s.Name, logger: s.log(),
+		what: "XA transaction", key: "xid", prefix: s.XIDPrefix,
+		nameOf:      func(c MariaDBCommittable) string { return c.XID },
+		committable: func(xid string) MariaDBCommittable { return MariaDBCommittable{XID: xid} },
+		commit:      s.Commit, abort: s.Abort,
+	}.reconcile(ctx, xids, pending)
 }
 
 // ReadMariaDB returns the events a MariaDBSink's table holds (committed ones only).

@@ -7,7 +7,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"slices"
 	"strconv"
 	"strings"
 
@@ -243,62 +242,13 @@ func (s *PGSink) Recover(ctx context.Context, epoch int64, pending []cc.Item[PGC
 	if err != nil {
 		return fmt.Errorf("list prepared transactions: %w", err)
 	}
-	owed := map[string]bool{}
-	for _, it := range pending {
-		for _, c := range it.Committables {
-			owed[c.GID] = true
-		}
-	}
-	for _, gid := range gids {
-		if owed[gid] {
-			continue
-		}
-		id, err := strconv.ParseInt(strings.TrimPrefix(gid, s.gidPrefix()), 10, 64)
-		if err != nil {
-			s.log().Warn("prepared transaction with an unexpected name, left alone", "gid", gid)
-			continue
-		}
-		cp, err := s.Coordinator.Checkpoint(ctx, s.Job, id, 0)
-		if errors.Is(err, cc.ErrNotFound) {
-			s.log().Warn("prepared transaction of an unknown checkpoint, left alone", "gid", gid)
-			continue
-		}
-		if err != nil {
-			return err
-		}
-		voted := votedWith(cp, s.Name, func(raw cc.Committables) bool {
-			cs, err := cc.DecodeCommittables[PGCommittable](raw)
-			return err == nil && slices.ContainsFunc(cs, func(c PGCommittable) bool { return c.GID == gid })
-		})
-		switch {
-		case cp.Status == cc.Preparing && voted:
-			s.log().Info("prepared transaction in doubt, waiting for the decision", "gid", gid)
-		case (cp.Status == cc.Committing || cp.Status == cc.Committed) && voted:
-			if err := s.Commit(ctx, id, []PGCommittable{{GID: gid}}); err != nil {
-				return err
-			}
-			s.log().Info("recovered: committed", "gid", gid)
-		default:
-			// Aborted, or this transaction's vote was never recorded (the process died
-			// before voting, and registration aborted the checkpoint).
-			if err := s.Abort(ctx, id, []PGCommittable{{GID: gid}}); err != nil {
-				return err
-			}
-			s.log().Info("recovered: rolled back an orphan", "gid", gid, "status", cp.Status)
-		}
-	}
-	return nil
-}
-
-// votedWith reports whether participant voted prepared on cp with committables that
-// match.
-func votedWith(cp *cc.Checkpoint, participant string, match func(cc.Committables) bool) bool {
-	for _, p := range cp.Participants {
-		if p.Name == participant {
-			return p.Vote != nil && *p.Vote == cc.VoteKindPrepared && match(p.Committables)
-		}
-	}
-	return false
+	return reconciler[PGCommittable]{
+		coord: s.Coordinator, job: s.Job, name: s.Name, logger: s.log(),
+		what: "prepared transaction", key: "gid", prefix: s.gidPrefix(),
+		nameOf:      func(c PGCommittable) string { return c.GID },
+		committable: func(gid string) PGCommittable { return PGCommittable{GID: gid} },
+		commit:      s.Commit, abort: s.Abort,
+	}.reconcile(ctx, gids, pending)
 }
 
 // ReadPG returns the events a PGSink's table holds (committed ones only).

@@ -184,9 +184,14 @@ func (c *Coordinator) KillSettled() {
 	appName := c.appName
 	c.mu.Unlock()
 	c.kill()
+	url := c.databaseURL()
+	if strings.Contains(url, "application_name") {
+		// The URL's name would win over PGAPPNAME, and the wait would see no session.
+		c.t.Fatalf("harness: KillSettled needs a --database-url without application_name")
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), coordinatorStopTimeout)
 	defer cancel()
-	conn, err := pgx.Connect(ctx, c.databaseURL())
+	conn, err := pgx.Connect(ctx, url)
 	if err != nil {
 		c.t.Fatalf("harness: connect to see the killed coordinator's sessions end: %v", err)
 	}

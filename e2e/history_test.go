@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"hash/fnv"
 	"io"
+	"iter"
 	"maps"
 	"math"
 	"net/http"
@@ -464,12 +465,133 @@ type mCP struct {
 	h    uint64 // hash of the above; 0 until computed
 }
 
+// cpChunk is how many checkpoints a chunk of a cpList holds.
+const cpChunk = 64
+
+// cpList is a state's checkpoints, id i at index i-1, in chunks that states share: a step
+// copies the list of chunks and the one chunk it changes, not every checkpoint, which keeps
+// a long history's steps cheap. A cpList is changed only through a clone.
+type cpList struct {
+	chunks [][]*mCP
+	n      int64
+	// done is how many checkpoints, from the first, are settled (settled): none of them
+	// is preparing or owed anything any more, so the scans for what is start after them.
+	done int64
+	// h is the xor of the checkpoints' hashes as of the last seal; changed lists the ids
+	// set or pushed since, with the hash each had before (0: none).
+	h       uint64
+	changed []cpChange
+}
+
+type cpChange struct {
+	id     int64
+	before uint64
+}
+
+// settled reports whether c is decided and owed nothing, for good: committed (every ack
+// in), or aborted with every participant that had voted prepared acked.
+func settled(c *mCP) bool {
+	if c.status == 'D' {
+		return true
+	}
+	if c.status != 'A' {
+		return false
+	}
+	for _, p := range c.parts {
+		if p.vote == 'p' && !p.acked {
+			return false
+		}
+	}
+	return true
+}
+
+// first is the lowest id not settled (len+1 if all are): scans start there.
+func (l *cpList) first() int64 { return l.done + 1 }
+
+// sealed brings h and done up to date with the changes since the last seal, and returns h.
+func (l *cpList) sealed() uint64 {
+	for k, ch := range l.changed {
+		if slices.ContainsFunc(l.changed[:k], func(o cpChange) bool { return o.id == ch.id }) {
+			continue // counted with its first change
+		}
+		l.h ^= ch.before ^ l.at(ch.id).hashed(int(ch.id))
+	}
+	l.changed = l.changed[:0]
+	for l.done < l.n && settled(l.at(l.done+1)) {
+		l.done++
+	}
+	return l.h
+}
+
+func (l *cpList) len() int64 { return l.n }
+
+// at is checkpoint id (1 <= id <= len).
+func (l *cpList) at(id int64) *mCP { return l.chunks[(id-1)/cpChunk][(id-1)%cpChunk] }
+
+// clone returns a copy that may be changed; its chunks are shared until then.
+func (l *cpList) clone() cpList {
+	return cpList{chunks: slices.Clone(l.chunks), n: l.n, done: l.done, h: l.h, changed: slices.Clone(l.changed)}
+}
+
+// set replaces checkpoint id, copying its chunk.
+func (l *cpList) set(id int64, c *mCP) {
+	l.changed = append(l.changed, cpChange{id, l.at(id).hashed(int(id))})
+	k := (id - 1) / cpChunk
+	chunk := slices.Clone(l.chunks[k])
+	chunk[(id-1)%cpChunk] = c
+	l.chunks[k] = chunk
+}
+
+// push adds checkpoint len+1.
+func (l *cpList) push(c *mCP) {
+	if l.n%cpChunk == 0 {
+		l.chunks = append(l.chunks, append(make([]*mCP, 0, cpChunk), c))
+	} else {
+		k := len(l.chunks) - 1
+		l.chunks[k] = append(slices.Clip(slices.Clone(l.chunks[k])), c)
+	}
+	l.n++
+	l.changed = append(l.changed, cpChange{id: l.n})
+}
+
+// all yields each checkpoint with its id, lowest first.
+func (l *cpList) all() iter.Seq2[int64, *mCP] {
+	return func(yield func(int64, *mCP) bool) {
+		id := int64(0)
+		for _, chunk := range l.chunks {
+			for _, c := range chunk {
+				id++
+				if !yield(id, c) {
+					return
+				}
+			}
+		}
+	}
+}
+
+func (l *cpList) equal(m cpList) bool {
+	if l.n != m.n {
+		return false
+	}
+	for k, chunk := range l.chunks {
+		if len(chunk) > 0 && &chunk[0] == &m.chunks[k][0] {
+			continue // shared
+		}
+		for i, c := range chunk {
+			if !c.equal(m.chunks[k][i]) {
+				return false
+			}
+		}
+	}
+	return true
+}
+
 // mState is one possible state of a job: its participants' epochs and its checkpoints,
 // id i at index i-1.
 type mState struct {
 	names  []string
 	epochs []int64
-	cps    []*mCP
+	cps    cpList
 	hash   uint64
 	ch     *chooser // during a step: picks among what may have happened unseen
 }
@@ -552,41 +674,33 @@ func (c *mCP) equal(d *mCP) bool {
 
 // clone returns a copy of s that a step may change.
 func (s *mState) clone() *mState {
-	return &mState{names: s.names, epochs: slices.Clone(s.epochs), cps: slices.Clone(s.cps)}
+	return &mState{names: s.names, epochs: slices.Clone(s.epochs), cps: s.cps.clone()}
 }
 
 // edit returns checkpoint id of s for changing (s must be a clone).
 func (s *mState) edit(id int64) *mCP {
-	c := *s.cps[id-1]
+	c := *s.cps.at(id)
 	c.parts = slices.Clone(c.parts)
 	c.h = 0
-	s.cps[id-1] = &c
+	s.cps.set(id, &c)
 	return &c
 }
 
 // seal computes s's hash once a step is done with it.
 func (s *mState) seal() *mState {
-	h := uint64(len(s.cps))
+	h := uint64(s.cps.len())
 	for i, e := range s.epochs {
 		h = h*31 + uint64(e) + uint64(i)
 	}
-	for i, c := range s.cps {
-		h ^= c.hashed(i + 1)
-	}
-	s.hash = h
+	s.hash = h ^ s.cps.sealed()
 	return s
 }
 
 func (s *mState) equal(t *mState) bool {
-	if s.hash != t.hash || len(s.cps) != len(t.cps) || !slices.Equal(s.epochs, t.epochs) {
+	if s.hash != t.hash || s.cps.len() != t.cps.len() || !slices.Equal(s.epochs, t.epochs) {
 		return false
 	}
-	for i := range s.cps {
-		if !s.cps[i].equal(t.cps[i]) {
-			return false
-		}
-	}
-	return true
+	return s.cps.equal(t.cps)
 }
 
 func (s *mState) part(name string) int { return slices.Index(s.names, name) }
@@ -611,8 +725,8 @@ func allAckedIn(c *mCP) bool {
 
 // lowerPreparing returns the lowest checkpoint below id still preparing, or 0.
 func (s *mState) lowerPreparing(id int64) int64 {
-	for i := int64(1); i < id; i++ {
-		if s.cps[i-1].status == 'P' {
+	for i := s.cps.first(); i < id; i++ {
+		if s.cps.at(i).status == 'P' {
 			return i
 		}
 	}
@@ -622,8 +736,8 @@ func (s *mState) lowerPreparing(id int64) int64 {
 // abortFrom aborts preparing checkpoint id and every higher one still preparing (rule 9's
 // cascade).
 func (s *mState) abortFrom(id int64) {
-	for i := id; i <= int64(len(s.cps)); i++ {
-		if s.cps[i-1].status == 'P' {
+	for i := id; i <= int64(s.cps.len()); i++ {
+		if s.cps.at(i).status == 'P' {
 			s.edit(i).status = 'A'
 		}
 	}
@@ -634,13 +748,13 @@ func (s *mState) abortFrom(id int64) {
 // preparing above it up to one opened by then, chosen among seen..limit (rule 9). It fails
 // when there is no such moment before the checkpoint limit+1 opened.
 func (s *mState) deadlineAbort(id, limit int64) error {
-	lo := max(id, s.cps[id-1].seen)
+	lo := max(id, s.cps.at(id).seen)
 	if lo > limit {
-		return fmt.Errorf("checkpoint %d, preparing while %d were open, aborted before %d opened", id, s.cps[id-1].seen, limit+1)
+		return fmt.Errorf("checkpoint %d, preparing while %d were open, aborted before %d opened", id, s.cps.at(id).seen, limit+1)
 	}
 	upTo := lo + int64(s.pick(int(limit-lo+1)))
 	for i := id; i <= upTo; i++ {
-		if s.cps[i-1].status == 'P' {
+		if s.cps.at(i).status == 'P' {
 			s.edit(i).status = 'A'
 		}
 	}
@@ -653,11 +767,11 @@ func (s *mState) deadlineAbort(id, limit int64) error {
 // all prepared) or aborted by its deadline before id opened, as chosen. It fails when
 // neither is possible (rules 2 and 9).
 func (s *mState) commitUpTo(id int64, auto bool) error {
-	if !allPreparedIn(s.cps[id-1]) {
+	if !allPreparedIn(s.cps.at(id)) {
 		return fmt.Errorf("checkpoint %d decided commit without every vote prepared (rule 2)", id)
 	}
-	for i := int64(1); i < id; i++ {
-		c := s.cps[i-1]
+	for i := s.cps.first(); i < id; i++ {
+		c := s.cps.at(i)
 		if c.status != 'P' {
 			continue
 		}
@@ -683,15 +797,15 @@ func (s *mState) commitUpTo(id int64, auto bool) error {
 // the commit of a checkpoint whose votes are all prepared. Anything else is a decision
 // reversed or a status gone back.
 func (s *mState) adopt(v hView, auto bool) error {
-	if v.id < 1 || v.id > int64(len(s.cps)) {
-		return fmt.Errorf("an answer shows checkpoint %d, which was never opened (%d were)", v.id, len(s.cps))
+	if v.id < 1 || v.id > int64(s.cps.len()) {
+		return fmt.Errorf("an answer shows checkpoint %d, which was never opened (%d were)", v.id, s.cps.len())
 	}
-	c := s.cps[v.id-1]
+	c := s.cps.at(v.id)
 	switch {
 	case c.status == v.status:
 		return nil
 	case c.status == 'P' && v.status == 'A':
-		return s.deadlineAbort(v.id, int64(len(s.cps)))
+		return s.deadlineAbort(v.id, int64(s.cps.len()))
 	case c.status == 'P' && v.status == 'C' && !auto:
 		return fmt.Errorf("checkpoint %d of a job without auto_commit shows committing, and no commit request may have decided it", v.id)
 	case c.status == 'P' && v.status == 'C':
@@ -706,7 +820,7 @@ func (s *mState) observe(v hView, auto bool) error {
 	if err := s.adopt(v, auto); err != nil {
 		return err
 	}
-	c := s.cps[v.id-1]
+	c := s.cps.at(v.id)
 	if !slices.Equal(v.names, s.names) {
 		return fmt.Errorf("checkpoint %d shows participants %v, the job has %v", v.id, v.names, s.names)
 	}
@@ -727,8 +841,8 @@ func (s *mState) observe(v hView, auto bool) error {
 
 // seenPreparing notes that checkpoint id is known to be preparing now.
 func (s *mState) seenPreparing(id int64) {
-	if c := s.cps[id-1]; c.status == 'P' && c.seen < int64(len(s.cps)) {
-		s.edit(id).seen = int64(len(s.cps))
+	if c := s.cps.at(id); c.status == 'P' && c.seen < int64(s.cps.len()) {
+		s.edit(id).seen = int64(s.cps.len())
 	}
 }
 
@@ -764,7 +878,7 @@ func (s *mState) epochRefusal(p string, epoch int64) string {
 // answer is impossible in s. s is a clone, which apply changes.
 func apply(s *mState, in hIn, out hOut) error {
 	auto := in.cfg.autoCommit
-	n := int64(len(s.cps))
+	n := int64(s.cps.len())
 	exists := in.id >= 1 && in.id <= n
 	answered := func(cp *hView) error {
 		if cp == nil {
@@ -793,9 +907,9 @@ func apply(s *mState, in hIn, out hOut) error {
 	switch in.kind {
 	case opOpen:
 		prior := int64(0)
-		for i, c := range s.cps {
+		for id, c := range s.cps.all() {
 			if in.key != "" && c.key == in.key {
-				prior = int64(i + 1)
+				prior = id
 			}
 		}
 		switch {
@@ -808,7 +922,7 @@ func apply(s *mState, in hIn, out hOut) error {
 			if out.cp.id != n+1 {
 				return fmt.Errorf("opened checkpoint %d, the next id is %d", out.cp.id, n+1)
 			}
-			s.cps = append(s.cps, &mCP{status: 'P', key: in.key, parts: make([]hPart, len(s.names)), seen: n + 1})
+			s.cps.push(&mCP{status: 'P', key: in.key, parts: make([]hPart, len(s.names)), seen: n + 1})
 			return s.observe(*out.cp, auto)
 		case prior != 0:
 			return fmt.Errorf("Idempotency-Key %s opened checkpoint %d, a retry answered %d %s", in.key, prior, out.status, out.code)
@@ -817,7 +931,7 @@ func apply(s *mState, in hIn, out hOut) error {
 			return err
 		}
 		preparing := 0
-		for _, c := range s.cps {
+		for _, c := range s.cps.all() {
 			if c.status == 'P' {
 				preparing++
 			}
@@ -843,7 +957,7 @@ func apply(s *mState, in hIn, out hOut) error {
 		if code := s.epochRefusal(in.p, in.epoch); code != "" {
 			return refused(code)
 		}
-		c := s.cps[in.id-1]
+		c := s.cps.at(in.id)
 		mine := c.parts[i]
 		if mine.vote != 0 {
 			if mine.vote == in.vote && mine.chash == in.chash {
@@ -859,7 +973,7 @@ func apply(s *mState, in hIn, out hOut) error {
 			if err := refused("already_decided"); err != nil {
 				return err
 			}
-			if s.cps[in.id-1].status == 'P' {
+			if s.cps.at(in.id).status == 'P' {
 				return fmt.Errorf("vote on preparing checkpoint %d refused as already_decided", in.id)
 			}
 			return nil
@@ -882,28 +996,28 @@ func apply(s *mState, in hIn, out hOut) error {
 			if err := refused("not_decided"); err != nil {
 				return err
 			}
-			if s.cps[in.id-1].status != 'P' {
-				return fmt.Errorf("ack on %s checkpoint %d refused as not_decided", statusName(s.cps[in.id-1].status), in.id)
+			if s.cps.at(in.id).status != 'P' {
+				return fmt.Errorf("ack on %s checkpoint %d refused as not_decided", statusName(s.cps.at(in.id).status), in.id)
 			}
 			return nil
 		}
 		if out.cp == nil {
 			return fmt.Errorf("an answer without the checkpoint")
 		}
-		if s.cps[in.id-1].status == 'P' {
+		if s.cps.at(in.id).status == 'P' {
 			// Decided meanwhile, without a request: the answer shows how.
 			if err := s.adopt(*out.cp, auto); err != nil {
 				return err
 			}
 		}
-		if s.cps[in.id-1].status == 'P' {
+		if s.cps.at(in.id).status == 'P' {
 			return fmt.Errorf("ack on preparing checkpoint %d answered 200", in.id)
 		}
 		s.ack(in.id, i)
 		return answered(out.cp)
 
 	case opCommit:
-		c := s.cps[in.id-1]
+		c := s.cps.at(in.id)
 		if out.status == http.StatusOK {
 			switch c.status {
 			case 'A':
@@ -918,7 +1032,7 @@ func apply(s *mState, in hIn, out hOut) error {
 		if err := refused("votes_missing", "lower_checkpoint_open", "already_decided"); err != nil {
 			return err
 		}
-		c = s.cps[in.id-1]
+		c = s.cps.at(in.id)
 		switch {
 		case out.code == "already_decided" && c.status != 'A',
 			out.code == "votes_missing" && (c.status != 'P' || allPreparedIn(c)),
@@ -928,7 +1042,7 @@ func apply(s *mState, in hIn, out hOut) error {
 		return nil
 
 	case opAbort:
-		c := s.cps[in.id-1]
+		c := s.cps.at(in.id)
 		if out.status == http.StatusOK {
 			switch c.status {
 			case 'C', 'D':
@@ -941,7 +1055,7 @@ func apply(s *mState, in hIn, out hOut) error {
 		if err := refused("already_decided"); err != nil {
 			return err
 		}
-		if c := s.cps[in.id-1]; c.status != 'C' && c.status != 'D' {
+		if c := s.cps.at(in.id); c.status != 'C' && c.status != 'D' {
 			return fmt.Errorf("abort refused with already_decided, but checkpoint %d is %s", in.id, statusName(c.status))
 		}
 		return nil
@@ -976,8 +1090,8 @@ func apply(s *mState, in hIn, out hOut) error {
 // voted on (rule 5).
 func (s *mState) register(i int, e int64) {
 	s.epochs[i] = e
-	for id := int64(1); id <= int64(len(s.cps)); id++ {
-		if c := s.cps[id-1]; c.status == 'P' && c.parts[i].vote == 0 {
+	for id := s.cps.first(); id <= s.cps.len(); id++ {
+		if c := s.cps.at(id); c.status == 'P' && c.parts[i].vote == 0 {
 			s.abortFrom(id)
 		}
 	}
@@ -986,7 +1100,7 @@ func (s *mState) register(i int, e int64) {
 // ack records participant i's ack of decided checkpoint id; the last ack of a commit makes
 // it committed.
 func (s *mState) ack(id int64, i int) {
-	if s.cps[id-1].parts[i].acked {
+	if s.cps.at(id).parts[i].acked {
 		return
 	}
 	c := s.edit(id)
@@ -1012,7 +1126,7 @@ func (s *mState) pending(in hIn, out hOut) error {
 		if k > 0 && it.id <= out.items[k-1].id {
 			return fmt.Errorf("pending lists %d after %d: not oldest first", it.id, out.items[k-1].id)
 		}
-		if it.id < 1 || it.id > int64(len(s.cps)) {
+		if it.id < 1 || it.id > int64(s.cps.len()) {
 			return fmt.Errorf("pending lists checkpoint %d, which was never opened", it.id)
 		}
 		listed[it.id] = true
@@ -1026,7 +1140,7 @@ func (s *mState) pending(in hIn, out hOut) error {
 				return fmt.Errorf("pending asks %s to roll back: %v", in.p, err)
 			}
 		}
-		c := s.cps[it.id-1]
+		c := s.cps.at(it.id)
 		mine := c.parts[i]
 		switch {
 		case mine.acked:
@@ -1041,8 +1155,8 @@ func (s *mState) pending(in hIn, out hOut) error {
 			return fmt.Errorf("pending asks %s to %c checkpoint %d with committables %x, its vote is %s", in.p, it.action, it.id, it.chash&0xffff, partString(mine))
 		}
 	}
-	for id := int64(1); id <= int64(len(s.cps)); id++ {
-		c := s.cps[id-1]
+	for id := s.cps.first(); id <= s.cps.len(); id++ {
+		c := s.cps.at(id)
 		mine := c.parts[i]
 		if listed[id] || mine.acked {
 			continue
@@ -1067,16 +1181,18 @@ func unknownNext(s *mState, in hIn) []*mState {
 // been applied.
 func applyLost(t *mState, in hIn) error {
 	refused := errors.New("not applicable")
-	n := int64(len(t.cps))
+	n := int64(t.cps.len())
 	if in.id != 0 && in.kind != opOpen && (in.id < 1 || in.id > n) || in.p != "" && t.part(in.p) < 0 {
 		return refused
 	}
 	switch in.kind {
 	case opOpen:
-		if slices.ContainsFunc(t.cps, func(c *mCP) bool { return in.key != "" && c.key == in.key }) {
-			return refused
+		for _, c := range t.cps.all() {
+			if in.key != "" && c.key == in.key {
+				return refused
+			}
 		}
-		t.cps = append(t.cps, &mCP{status: 'P', key: in.key, parts: make([]hPart, len(t.names)), seen: n + 1})
+		t.cps.push(&mCP{status: 'P', key: in.key, parts: make([]hPart, len(t.names)), seen: n + 1})
 	case opRegister:
 		// The coordinator hands out the next epoch; any other higher one would do, but
 		// the model keeps one.
@@ -1084,7 +1200,7 @@ func applyLost(t *mState, in hIn) error {
 		t.register(i, t.epochs[i]+1)
 	case opVote:
 		i := t.part(in.p)
-		if t.epochRefusal(in.p, in.epoch) != "" || t.cps[in.id-1].status != 'P' || t.cps[in.id-1].parts[i].vote != 0 {
+		if t.epochRefusal(in.p, in.epoch) != "" || t.cps.at(in.id).status != 'P' || t.cps.at(in.id).parts[i].vote != 0 {
 			return refused
 		}
 		t.edit(in.id).parts[i] = hPart{vote: in.vote, epoch: in.epoch, chash: in.chash}
@@ -1093,17 +1209,17 @@ func applyLost(t *mState, in hIn) error {
 		}
 	case opAck:
 		i := t.part(in.p)
-		if t.epochRefusal(in.p, in.epoch) != "" || t.cps[in.id-1].status == 'P' || t.cps[in.id-1].parts[i].acked {
+		if t.epochRefusal(in.p, in.epoch) != "" || t.cps.at(in.id).status == 'P' || t.cps.at(in.id).parts[i].acked {
 			return refused
 		}
 		t.ack(in.id, i)
 	case opCommit:
-		if t.cps[in.id-1].status != 'P' {
+		if t.cps.at(in.id).status != 'P' {
 			return refused
 		}
 		return t.commitUpTo(in.id, in.cfg.autoCommit)
 	case opAbort:
-		if t.cps[in.id-1].status != 'P' {
+		if t.cps.at(in.id).status != 'P' {
 			return refused
 		}
 		t.abortFrom(in.id)
@@ -1115,7 +1231,7 @@ func applyLost(t *mState, in hIn) error {
 
 // describeCP is checkpoint id as the visualization shows it.
 func (s *mState) describeCP(id int64) string {
-	c := s.cps[id-1]
+	c := s.cps.at(id)
 	var b strings.Builder
 	fmt.Fprintf(&b, "%d %s", id, statusName(c.status))
 	for i, p := range c.parts {
@@ -1209,14 +1325,14 @@ var historyModel = porcupine.NondeterministicModel{
 			return "nothing yet"
 		}
 		var b strings.Builder
-		fmt.Fprintf(&b, "%d opened; epochs", len(s.cps))
+		fmt.Fprintf(&b, "%d opened; epochs", s.cps.len())
 		for i, n := range s.names {
 			fmt.Fprintf(&b, " %s:%d", n, s.epochs[i])
 		}
 		// Checkpoints on which something is still owed, and the last few.
-		for id := int64(1); id <= int64(len(s.cps)); id++ {
-			c := s.cps[id-1]
-			if id > int64(len(s.cps))-3 || c.status == 'P' || c.status == 'C' || c.status == 'A' && !allAckedIn(c) {
+		for id := int64(1); id <= int64(s.cps.len()); id++ {
+			c := s.cps.at(id)
+			if id > int64(s.cps.len())-3 || c.status == 'P' || c.status == 'C' || c.status == 'A' && !allAckedIn(c) {
 				fmt.Fprintf(&b, "; %s", s.describeCP(id))
 			}
 		}
@@ -1849,6 +1965,71 @@ func TestHistoryCatchesLies(t *testing.T) {
 		h.check(rec)
 		checkCaught(t, rec, "lie-epoch", "register p gave epoch 1, it had 1 (rule 5)")
 	})
+}
+
+// TestCheckpointList checks that a state's checkpoints, shared in chunks, are changed
+// only in the clone that changes them, across chunk boundaries.
+func TestCheckpointList(t *testing.T) {
+	var l cpList
+	for i := int64(1); i <= 2*cpChunk+10; i++ {
+		l.push(&mCP{seen: i})
+	}
+	m := l.clone()
+	m.set(cpChunk+6, &mCP{seen: -1})
+	m.push(&mCP{seen: 2*cpChunk + 11})
+	n := l.clone()
+	n.push(&mCP{seen: -2})
+	for id, c := range l.all() {
+		if c.seen != id {
+			t.Fatalf("the original's checkpoint %d is %d after its clones changed", id, c.seen)
+		}
+	}
+	if l.len() != 2*cpChunk+10 || m.len() != l.len()+1 || n.len() != l.len()+1 {
+		t.Fatalf("lengths %d %d %d", l.len(), m.len(), n.len())
+	}
+	if m.at(cpChunk+6).seen != -1 || m.at(m.len()).seen != 2*cpChunk+11 || n.at(n.len()).seen != -2 {
+		t.Error("a clone's change is not in the clone")
+	}
+	if c := l.clone(); !l.equal(c) || l.equal(m) || m.equal(n) {
+		t.Error("equal is wrong")
+	}
+	same := l.clone()
+	same.set(3, &mCP{seen: 3})
+	if !l.equal(same) {
+		t.Error("a checkpoint replaced by an equal one made the lists differ")
+	}
+
+	// The hash kept up to date change by change is the hash of the content.
+	hash := func(l *cpList) uint64 {
+		var h uint64
+		for id, c := range l.all() {
+			h ^= c.hashed(int(id))
+		}
+		return h
+	}
+	l.sealed()
+	x := l.clone()
+	x.set(5, &mCP{seen: 50})
+	x.set(5, &mCP{seen: 500}) // twice in one step
+	x.push(&mCP{seen: 7})
+	x.set(x.len(), &mCP{seen: 8})
+	for _, c := range []*cpList{&l, &m, &n, &x} {
+		if got, want := c.sealed(), hash(c); got != want {
+			t.Errorf("kept hash %x, the content's %x", got, want)
+		}
+	}
+	// Scans start after the settled prefix, and only there.
+	y := x.clone()
+	y.set(1, &mCP{status: 'D'})
+	y.set(2, &mCP{status: 'A', parts: []hPart{{vote: 'a'}, {vote: 'p', acked: true}}})
+	y.set(4, &mCP{status: 'D'})
+	if y.sealed(); y.first() != 3 {
+		t.Errorf("the first checkpoint not settled is %d, want 3", y.first())
+	}
+	y.set(3, &mCP{status: 'A', parts: []hPart{{vote: 'p'}}})
+	if y.sealed(); y.first() != 3 {
+		t.Errorf("an abort owed an ack counts as settled: first %d, want 3", y.first())
+	}
 }
 
 // TestHistoryBound checks what bound makes of requests whose answers were lost: a lost

@@ -300,10 +300,8 @@ func (h *history) input(r request) (hIn, bool) {
 	case len(seg) == 7 && seg[4] == "participants" && seg[6] == "register":
 		in.kind, in.p = opRegister, seg[5]
 	case len(seg) == 7 && seg[4] == "participants" && seg[6] == "pending":
-		q, _ := url.ParseQuery(query)
-		if q.Get("wait_ms") != "" {
-			return hIn{}, false // a long-poll's answer may come from after its wait
-		}
+		// A long-poll (wait_ms) is a read too: whatever it waited for, its answer is the
+		// state at some moment between its request and its answer.
 		in.kind, in.p = opPending, seg[5]
 	default:
 		return hIn{}, false

@@ -23,7 +23,8 @@ import (
 // A workload is a set of jobs driven by concurrent, retrying clients while the test
 // injects faults: per job, one driver opens checkpoints with Idempotency-Keys (and, for
 // jobs without auto_commit, commits them; now and then it aborts one), and one goroutine
-// per participant works through its pending list, voting and acking. Every request is
+// per participant works through its pending list, voting and acking, and long-polls it
+// (wait_ms) when it owed nothing. Every request is
 // retried, unchanged, until its answer is definitive (anything but a transport error or a
 // 503). Every answer is written to a ledger, which checks on the way that no decision is
 // ever reversed and that commit happens only on unanimity, and at the end that the
@@ -254,8 +255,14 @@ func (w *workload) decide(j workloadJob, rng *rand.Rand) bool {
 
 // participate works through one participant's pending list until stopped.
 func (w *workload) participate(j workloadJob, p string, epoch int64) {
+	idle := false
 	for !w.stopping.Load() {
-		rep, ok := w.call(request{method: "GET", path: pendingPath(j.name, p)})
+		path := pendingPath(j.name, p)
+		if idle {
+			// Nothing was owed: wait for something, as a participant library does.
+			path += "?wait_ms=300"
+		}
+		rep, ok := w.call(request{method: "GET", path: path})
 		if !ok {
 			return
 		}
@@ -267,8 +274,7 @@ func (w *workload) participate(j workloadJob, p string, epoch int64) {
 		if pe.Epoch != epoch {
 			w.ledger.fail("pending %s/%s: epoch %d, registered with %d", j.name, p, pe.Epoch, epoch)
 		}
-		if len(pe.Items) == 0 {
-			time.Sleep(5 * time.Millisecond)
+		if idle = len(pe.Items) == 0; idle {
 			continue
 		}
 		for _, it := range pe.Items {

@@ -21,11 +21,13 @@ import (
 // synchronous_mode on or off. The coordinators reach it through URL, which names both
 // nodes with target_session_attrs=read-write, as a deployment under Patroni does.
 type PatroniCluster struct {
-	t     testing.TB
-	dir   string
-	cred  *syscall.Credential
-	etcd  *exec.Cmd
-	Nodes []*PatroniNode
+	t    testing.TB
+	dir  string
+	cred *syscall.Credential
+	etcd *exec.Cmd
+	// etcdExited is closed when etcd exits.
+	etcdExited chan struct{}
+	Nodes      []*PatroniNode
 	// URL is the multi-host URL of the database "postgres".
 	URL string
 	// Synchronous is whether synchronous_mode is on.
@@ -76,22 +78,7 @@ func StartPatroni(t testing.TB, synchronous bool) *PatroniCluster {
 		}
 	}
 
-	clientPort, peerPort := FreePort(t), FreePort(t)
-	c.etcd = exec.Command("etcd", "--name", "e2e", "--data-dir", filepath.Join(dir, "etcd"),
-		"--listen-client-urls", fmt.Sprintf("http://127.0.0.1:%d", clientPort),
-		"--advertise-client-urls", fmt.Sprintf("http://127.0.0.1:%d", clientPort),
-		"--listen-peer-urls", fmt.Sprintf("http://127.0.0.1:%d", peerPort),
-		"--initial-advertise-peer-urls", fmt.Sprintf("http://127.0.0.1:%d", peerPort),
-		"--initial-cluster", fmt.Sprintf("e2e=http://127.0.0.1:%d", peerPort))
-	etcdLog, err := os.Create(filepath.Join(dir, "etcd.log"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	c.etcd.Stdout, c.etcd.Stderr = etcdLog, etcdLog
-	c.etcd.SysProcAttr = childAttr(nil)
-	if err := c.etcd.Start(); err != nil {
-		t.Fatalf("harness: start etcd: %v", err)
-	}
+	clientPort := c.startEtcd()
 
 	var hosts []string
 	for i := range 2 {
@@ -328,16 +315,89 @@ func (n *PatroniNode) replicationStates() []replicationState {
 	return st.Replication
 }
 
-// Logs returns the tail of every node's log, for failure messages.
+// etcdStartTimeout bounds the wait for etcd to answer on its client port.
+const etcdStartTimeout = 30 * time.Second
+
+// startEtcd runs a one-member etcd on loopback ports and waits until it answers, and
+// returns its client port. Its ports were free a moment before it started: if another
+// process took one meanwhile, etcd exits, and it is started again on other ports.
+func (c *PatroniCluster) startEtcd() int {
+	c.t.Helper()
+	logPath := filepath.Join(c.dir, "etcd.log")
+	for attempt := 1; ; attempt++ {
+		clientPort, peerPort := FreePort(c.t), FreePort(c.t)
+		cmd := exec.Command("etcd", "--name", "e2e", "--data-dir", filepath.Join(c.dir, fmt.Sprintf("etcd-%d", attempt)),
+			"--listen-client-urls", fmt.Sprintf("http://127.0.0.1:%d", clientPort),
+			"--advertise-client-urls", fmt.Sprintf("http://127.0.0.1:%d", clientPort),
+			"--listen-peer-urls", fmt.Sprintf("http://127.0.0.1:%d", peerPort),
+			"--initial-advertise-peer-urls", fmt.Sprintf("http://127.0.0.1:%d", peerPort),
+			"--initial-cluster", fmt.Sprintf("e2e=http://127.0.0.1:%d", peerPort))
+		logFile, err := os.OpenFile(logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+		if err != nil {
+			c.t.Fatal(err)
+		}
+		fmt.Fprintf(logFile, "=== harness: start #%d, client port %d, peer port %d ===\n", attempt, clientPort, peerPort)
+		cmd.Stdout, cmd.Stderr = logFile, logFile
+		cmd.SysProcAttr = childAttr(nil)
+		err = cmd.Start()
+		_ = logFile.Close()
+		if err != nil {
+			c.t.Fatalf("harness: start etcd: %v", err)
+		}
+		c.etcd = cmd
+		exited := make(chan struct{})
+		go func() { _ = cmd.Wait(); close(exited) }()
+		c.etcdExited = exited
+		err = awaitEtcd(clientPort, exited, etcdStartTimeout)
+		if err == nil {
+			return clientPort
+		}
+		if !running(exited) && attempt < 3 {
+			continue // a port taken meanwhile, most likely: the log says
+		}
+		c.t.Fatalf("harness: etcd: %v\n%s", err, tailOf(logPath, 40))
+	}
+}
+
+// awaitEtcd waits until etcd answers GET /health on port, or exited is closed, or timeout.
+func awaitEtcd(port int, exited <-chan struct{}, timeout time.Duration) error {
+	client := &http.Client{Timeout: time.Second}
+	deadline := time.Now().Add(timeout)
+	for {
+		resp, err := client.Get(fmt.Sprintf("http://127.0.0.1:%d/health", port))
+		if err == nil {
+			_ = resp.Body.Close()
+			if resp.StatusCode == http.StatusOK {
+				return nil
+			}
+		}
+		select {
+		case <-exited:
+			return fmt.Errorf("it exited before it answered on port %d", port)
+		case <-time.After(100 * time.Millisecond):
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("it did not answer on port %d within %s (last: %v)", port, timeout, err)
+		}
+	}
+}
+
+// tailOf is the last n lines of the file at path.
+func tailOf(path string, n int) string {
+	data, _ := os.ReadFile(path)
+	lines := strings.Split(string(data), "\n")
+	if len(lines) > n {
+		lines = lines[len(lines)-n:]
+	}
+	return strings.Join(lines, "\n")
+}
+
+// Logs returns the tail of etcd's log and of every node's, for failure messages.
 func (c *PatroniCluster) Logs() string {
 	var b strings.Builder
+	fmt.Fprintf(&b, "=== etcd ===\n%s\n", tailOf(filepath.Join(c.dir, "etcd.log"), 20))
 	for _, n := range c.Nodes {
-		data, _ := os.ReadFile(n.logsPath)
-		lines := strings.Split(string(data), "\n")
-		if len(lines) > 40 {
-			lines = lines[len(lines)-40:]
-		}
-		fmt.Fprintf(&b, "=== %s ===\n%s\n", n.Name, strings.Join(lines, "\n"))
+		fmt.Fprintf(&b, "=== %s ===\n%s\n", n.Name, tailOf(n.logsPath, 40))
 	}
 	return b.String()
 }
@@ -348,7 +408,7 @@ func (c *PatroniCluster) cleanup() {
 	}
 	if c.etcd != nil && c.etcd.Process != nil {
 		_ = c.etcd.Process.Kill()
-		_ = c.etcd.Wait()
+		<-c.etcdExited
 	}
 	if c.t.Failed() {
 		c.t.Logf("Patroni logs:\n%s", c.Logs())

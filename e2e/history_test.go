@@ -134,6 +134,8 @@ type history struct {
 	// ends holds, by coordinator (base URL), the times by which one of its processes had
 	// been killed and every database session of it had ended (ended).
 	ends map[string][]int64
+	// timeout bounds the check of each job's history; 0 means checkTimeout.
+	timeout time.Duration
 	// unmodeled lists the requests to a recorded job that may change it but that the
 	// model does not know (a job's change, complete): check refuses to call such a
 	// history checked.
@@ -1451,7 +1453,8 @@ func (h *history) check(t testing.TB) {
 			}
 		}
 		start := time.Now()
-		res, info := porcupine.CheckOperationsVerbose(model, part, checkTimeout)
+		timeout := cmp.Or(h.timeout, checkTimeout)
+		res, info := porcupine.CheckOperationsVerbose(model, part, timeout)
 		took := time.Since(start)
 		t.Logf("history of %s: %d operations (%d of unknown outcome) checked in %s: %s", job, len(part), lost, took.Round(time.Millisecond), res)
 		verdict := "is not linearizable: the rules cannot explain the answers"

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -234,13 +235,38 @@ func followQuietly(ctx context.Context, c *harness.Coordinator, lastID string) *
 }
 
 // check compares what the stream showed with every checkpoint of jobs as they stand:
-// each checkpoint's status changes, all of them, once each, in order.
+// each checkpoint's status changes, all of them, once each, in order. A change made just
+// before the checkpoints are listed may still be on its way, so the comparison is made
+// again, with a fresh list, until it holds or 10 s have passed.
 func (c *statusCollector) check(t *testing.T, a *api, jobs ...string) {
 	t.Helper()
-	time.Sleep(2 * time.Second) // the last changes on their way
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	checked, wrong := 0, 0
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		checked, wrong := c.compare(t, a, jobs)
+		if len(wrong) == 0 || time.Now().After(deadline) {
+			for i, w := range wrong {
+				if i == 10 {
+					break
+				}
+				t.Errorf("the event stream showed %s", w)
+			}
+			c.mu.Lock()
+			resumes := c.resumes
+			c.mu.Unlock()
+			t.Logf("the event stream showed the status changes of %d checkpoints (%d wrong), reconnecting %d times", checked, len(wrong), resumes)
+			if checked < 10 {
+				t.Errorf("only %d checkpoints to check the event stream against", checked)
+			}
+			return
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+// compare lists the checkpoints of jobs and returns how many there are and, for each
+// whose status changes the stream did not show exactly, what it showed and what it should.
+func (c *statusCollector) compare(t *testing.T, a *api, jobs []string) (checked int, wrong []string) {
+	t.Helper()
 	for _, job := range jobs {
 		for _, cp := range a.mustListAll(t, job) {
 			want := []string{"preparing"}
@@ -253,20 +279,16 @@ func (c *statusCollector) check(t *testing.T, a *api, jobs ...string) {
 				want = append(want, "aborted")
 			}
 			key := fmt.Sprintf("%s/%d", job, cp.Id)
-			got := c.changes[key]
+			c.mu.Lock()
+			got := slices.Clone(c.changes[key])
+			c.mu.Unlock()
 			checked++
 			if strings.Join(got, " ") != strings.Join(want, " ") {
-				wrong++
-				if wrong <= 10 {
-					t.Errorf("the event stream showed %s as %v, want %v", key, got, want)
-				}
+				wrong = append(wrong, fmt.Sprintf("%s as %v, want %v", key, got, want))
 			}
 		}
 	}
-	t.Logf("the event stream showed the status changes of %d checkpoints (%d wrong), reconnecting %d times", checked, wrong, c.resumes)
-	if checked < 10 {
-		t.Errorf("only %d checkpoints to check the event stream against", checked)
-	}
+	return checked, wrong
 }
 
 // TestFailoverAsynchronousLosesAcknowledgedWrites is the same setup with asynchronous

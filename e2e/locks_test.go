@@ -658,16 +658,38 @@ func TestStartupSweepOutlastsALockedJob(t *testing.T) {
 	t.Parallel()
 	cluster := harness.StartCluster(t)
 	dbURL := cluster.NewDatabase(t)
-	coord := harness.StartCoordinator(t, dbURL, "--request-timeout", "20s")
+	// The longest sweep interval, so that the running coordinator is unlikely to abort the
+	// checkpoints itself before it stops.
+	coord := harness.StartCoordinator(t, dbURL, "--request-timeout", "20s", "--sweep-interval", "1s")
 	a := newAPI(coord)
+	db := openStoreDB(t, dbURL)
 
 	const config = `{"participants":["sink-late"]}`
-	cps := map[string]checkpoint{}
 	for _, job := range []string{"held", "free"} {
 		a.mustDo(t, "PUT", jobPath(job), config, http.StatusCreated, nil)
-		cps[job] = a.prepare(t, job, `{"timeout_ms":200}`)
 	}
-	coord.Stop()
+	// Both checkpoints must still be preparing once the coordinator has stopped; on a
+	// machine too slow for that, the coordinator is started again and they are opened
+	// anew.
+	var cps map[string]checkpoint
+	for attempt := 1; cps == nil; attempt++ {
+		cps = map[string]checkpoint{}
+		for _, job := range []string{"held", "free"} {
+			cps[job] = a.prepare(t, job, `{"timeout_ms":500}`)
+		}
+		coord.Stop()
+		for job, cp := range cps {
+			if st := db.status(job, cp.Id); st != "preparing" {
+				if attempt == 5 {
+					t.Fatalf("could not stop the coordinator before a 500 ms checkpoint expired, in 5 attempts")
+				}
+				t.Logf("attempt %d: %s/%d was %s once the coordinator stopped", attempt, job, cp.Id, st)
+				cps = nil
+				coord.Restart()
+				break
+			}
+		}
+	}
 	for _, cp := range cps {
 		time.Sleep(time.Until(cp.Deadline.Add(100 * time.Millisecond)))
 	}

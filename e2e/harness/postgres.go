@@ -6,6 +6,7 @@ import (
 	"crypto/rand"
 	"errors"
 	"fmt"
+	mrand "math/rand/v2"
 	"net"
 	"os"
 	"os/exec"
@@ -417,12 +418,42 @@ func FreePort(t testing.TB) int {
 	return port
 }
 
-// freePort returns a TCP port on 127.0.0.1 that was free a moment ago.
+// freePort returns a TCP port on 127.0.0.1 that was free a moment ago. It is drawn from
+// below the kernel's ephemeral range when there is room there: the ports the kernel hands
+// to outgoing connections (and to listeners on port 0) come from that range, so a port
+// below it stays free until whoever asked for it listens, unless another caller of
+// freePort drew the same one.
 func freePort() (int, error) {
+	if low := ephemeralLow(); low > minFreePort+1000 {
+		for range 50 {
+			port := minFreePort + mrand.IntN(low-minFreePort)
+			if ln, err := net.Listen("tcp", net.JoinHostPort("127.0.0.1", strconv.Itoa(port))); err == nil {
+				_ = ln.Close()
+				return port, nil
+			}
+		}
+	}
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		return 0, err
 	}
 	defer ln.Close()
 	return ln.Addr().(*net.TCPAddr).Port, nil
+}
+
+// minFreePort is the lowest port freePort draws: above the well-known services'.
+const minFreePort = 20000
+
+// ephemeralLow is the first port of the kernel's ephemeral range, 0 if unknown.
+func ephemeralLow() int {
+	data, err := os.ReadFile("/proc/sys/net/ipv4/ip_local_port_range")
+	if err != nil {
+		return 0
+	}
+	fields := strings.Fields(string(data))
+	if len(fields) != 2 {
+		return 0
+	}
+	low, _ := strconv.Atoi(fields[0])
+	return low
 }

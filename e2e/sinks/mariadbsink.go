@@ -184,10 +184,7 @@ func (s *MariaDBSink) Prepare(ctx context.Context, checkpoint int64) ([]MariaDBC
 		err = s.afterPrepare(xid)
 	}
 	if err != nil {
-		if s.uncertain == nil {
-			s.uncertain = map[string]bool{}
-		}
-		s.uncertain[xid] = true
+		s.markUncertain(xid)
 		return fail("xa prepare", err)
 	}
 	// The server lets the transaction go when the closed session's thread ends, a moment
@@ -196,14 +193,20 @@ func (s *MariaDBSink) Prepare(ctx context.Context, checkpoint int64) ([]MariaDBC
 	// finish what it prepared.
 	closeSession()
 	if err := s.awaitSessionEnd(ctx, session); err != nil {
-		if s.uncertain == nil {
-			s.uncertain = map[string]bool{}
-		}
-		s.uncertain[xid] = true // not lost: Prepare's error is retried and rolls it back
+		s.markUncertain(xid) // prepared, but no vote will name it: the next Prepare rolls it back
 		return fail("xa prepare", err)
 	}
 	s.log().Debug("prepared", "xid", xid, "rows", len(events))
 	return []MariaDBCommittable{{XID: xid, Rows: len(events)}}, nil
+}
+
+// markUncertain notes that xid may be prepared by a Prepare that failed, for the next
+// Prepare to roll back.
+func (s *MariaDBSink) markUncertain(xid string) {
+	if s.uncertain == nil {
+		s.uncertain = map[string]bool{}
+	}
+	s.uncertain[xid] = true
 }
 
 // awaitSessionEnd waits until the server's thread of the closed session is gone from
